@@ -1,0 +1,42 @@
+"""The click group every command hangs from, and the edge where errors become exit codes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from localspec import __version__
+from localspec.errors import LocalspecError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+class UserError(click.ClickException):
+    """A LocalspecError shown as one line, exit code 2."""
+
+    exit_code = EXIT_USER_ERROR
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class LocalspecGroup(click.Group):
+    """Turns library errors into one-line messages at the edge (types, not message text)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LocalspecError as exc:
+            raise UserError(exc.message) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=LocalspecGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="localspec")
+def cli() -> None:
+    """localspec: lossless speculative decoding on llama.cpp, as a CLI, a daemon and a chat TUI."""

@@ -1,0 +1,105 @@
+"""The errors localspec reports to people: one type per kind of failure.
+
+Every error carries a one-line message that says what is wrong and what to do.
+The CLI turns them into `error: ...` on stderr with exit code 2; the API turns
+them into OpenAI- or Ollama-shaped bodies using `http_status` and `error_type`.
+Interfaces map these types, never message text.
+"""
+
+from __future__ import annotations
+
+
+class LocalspecError(Exception):
+    """Base of every error meant for a person rather than a developer."""
+
+    http_status: int = 500
+    error_type: str = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class UserInputError(LocalspecError):
+    """The request or command line itself is wrong."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+
+class ModelFileError(UserInputError):
+    """A GGUF path is missing, not a file, not GGUF, or truncated."""
+
+    code = "model_file"
+
+
+class UnsupportedModelError(UserInputError):
+    """A GGUF that llama.cpp (or localspec) cannot run."""
+
+    code = "unsupported_model"
+
+
+class TokenizerMismatchError(UserInputError):
+    """A draft whose tokenizer does not match the target's."""
+
+    code = "tokenizer_mismatch"
+
+
+class ContextOverflowError(UserInputError):
+    """A prompt (plus requested tokens) longer than the context window."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, n_prompt: int, n_ctx: int) -> None:
+        super().__init__(
+            f"prompt is {n_prompt} tokens but the context holds {n_ctx}; "
+            "shorten the prompt or raise the context size (--ctx)",
+            param="messages",
+        )
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+
+
+class ModelNotFoundError(LocalspecError):
+    """A model name that names no loaded or known model."""
+
+    http_status = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class ChecksumError(LocalspecError):
+    """An assembled or downloaded file whose size or sha256 is not the expected one."""
+
+    error_type = "server_error"
+    code = "checksum_mismatch"
+
+
+class DownloadError(LocalspecError):
+    """Fetching a model (hub or package registry) failed."""
+
+    http_status = 502
+    code = "download_failed"
+
+
+class ConfigError(UserInputError):
+    """A settings file or environment variable holds a value that cannot be used."""
+
+    code = "config"
+
+
+class OverloadedError(LocalspecError):
+    """The request queue is full; the client should retry later."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "overloaded"
+
+
+class DaemonError(LocalspecError):
+    """The daemon is unreachable, already running, or answered with an error."""
+
+    http_status = 503
+    code = "daemon"

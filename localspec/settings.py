@@ -1,0 +1,92 @@
+"""The one typed settings object, built once at the edge and passed down.
+
+Sources, strongest first: values given by the caller (CLI flags), environment
+variables `LOCALSPEC_<FIELD>`, the TOML file `<config dir>/config.toml`
+(`pick-draft --save` writes it), then the defaults below.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from localspec.errors import ConfigError
+from localspec.paths import Paths
+from localspec.types import Method
+
+
+class Settings(BaseSettings):
+    """Everything a person may set; each field is also `LOCALSPEC_<NAME>` and a key in config.toml."""
+
+    model_config = SettingsConfigDict(env_prefix="LOCALSPEC_", extra="ignore", validate_default=True)
+
+    target: Path | None = Field(None, description="Target GGUF; default: the catalog's default target.")
+    draft: Path | None = Field(None, description="Draft GGUF; default: pick-draft's saved choice, if any.")
+    method: Method = Field("auto", description="Speculation method: auto, none, draft, ngram, layerskip.")
+    k: int = Field(4, ge=1, le=32, description="Most tokens drafted per step.")
+    n_ctx: int = Field(4096, ge=64, description="Context size in tokens for target and draft.")
+    threads: int | None = Field(None, ge=1, description="CPU threads; default: physical cores.")
+    gpu_layers: int | None = Field(None, ge=-1, description="Target layers on the GPU; default: plan.")
+    draft_gpu_layers: int | None = Field(None, ge=-1, description="Draft layers on the GPU; default: plan.")
+    kv_type: str = Field("f16", description="KV cache type: f16, q8_0 or q4_0.")
+    socket: Path | None = Field(None, description="Unix socket path for serve; default: runtime dir.")
+    tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")
+    token: str | None = Field(None, description="Bearer token required on TCP (always for non-loopback).")
+    queue_size: int = Field(16, ge=1, description="Requests that may wait for the engine before 503.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=Paths.from_env().config_file)
+        return (init_settings, env_settings, toml)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings; `None` overrides mean "not given" and fall through to env/file/defaults."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        first = str(exc).splitlines()
+        raise ConfigError(
+            f"invalid settings: {' '.join(first[:3])}; check LOCALSPEC_* and {Paths.from_env().config_file}"
+        ) from None
+
+
+def save_settings(values: dict[str, Any], paths: Paths | None = None) -> Path:
+    """Merge `values` into config.toml (written atomically) and return its path."""
+    paths = paths or Paths.from_env()
+    path = paths.config_file
+    current: dict[str, Any] = {}
+    if path.is_file():
+        current = tomllib.loads(path.read_text(encoding="utf-8"))
+    current.update({k: (str(v) if isinstance(v, Path) else v) for k, v in values.items() if v is not None})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".toml.tmp")
+    tmp.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in sorted(current.items())), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'

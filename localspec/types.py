@@ -1,0 +1,106 @@
+"""Plain data shared by the engine, the daemon, the client and the TUI.
+
+No llama.cpp, no HTTP, no Textual here: the TUI imports these through the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Method = Literal["auto", "none", "draft", "ngram", "layerskip"]
+METHODS: tuple[Method, ...] = ("auto", "none", "draft", "ngram", "layerskip")
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target's distribution is sampled. temperature 0 means greedy."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class SpecParams:
+    """Which speculation to run; k is the most tokens drafted per step."""
+
+    method: Method = "auto"
+    k: int = 4
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation: either chat `messages` (template applied) or a raw `prompt`."""
+
+    messages: tuple[ChatMessage, ...] = ()
+    prompt: str | None = None
+    suffix: str | None = None
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    speculative: SpecParams = field(default_factory=SpecParams)
+
+
+@dataclass
+class GenerationStats:
+    """What one request did and cost. Times in seconds."""
+
+    method: str = "none"
+    k: int = 0
+    prompt_tokens: int = 0
+    tokens: int = 0
+    elapsed_s: float = 0.0
+    ttft_s: float = 0.0
+    tokens_per_second: float = 0.0
+    mean_itl_s: float = 0.0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float = 0.0
+    mean_accepted_length: float = 0.0
+    accepted_by_position: list[int] = field(default_factory=list)
+    drafted_by_position: list[int] = field(default_factory=list)
+    target_s: float = 0.0
+    draft_s: float = 0.0
+    python_s: float = 0.0
+    redecided: int = 0
+    method_steps: dict[str, int] = field(default_factory=dict)
+    fallback_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """Text that became final in one step, with its token ids.
+
+    `from_draft` counts how many of `token_ids` were drafted and accepted (the rest
+    came from the target itself), for colouring and live acceptance stats.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    from_draft: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    stats: GenerationStats
