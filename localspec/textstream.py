@@ -1,0 +1,66 @@
+"""Turn token bytes into text safely: never split a UTF-8 character, stop at stop strings.
+
+Text that might be the start of a stop string is held back until it is clear
+that it is not, so a client never sees text that should have been cut.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+
+
+class TextStream:
+    """Accumulates token pieces (bytes) and releases text that is final."""
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = [s for s in stop if s]
+        self._hold_len = max((len(s) - 1 for s in self._stop), default=0)
+        self._pending = ""
+        self.text = ""
+        self.stopped = False
+
+    def push(self, piece: bytes) -> str:
+        """Add a token's bytes; return the newly final text ("" while a character or stop is unresolved)."""
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(piece)
+        return self._release(final=False)
+
+    def finish(self) -> str:
+        """End of generation: flush what was held back (an incomplete character becomes U+FFFD)."""
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(b"", final=True)
+        return self._release(final=True)
+
+    def _release(self, *, final: bool) -> str:
+        cut = self._first_stop()
+        if cut is not None:
+            out = self._pending[:cut]
+            self._pending = ""
+            self.stopped = True
+        elif final or self._hold_len == 0:
+            out, self._pending = self._pending, ""
+        else:
+            keep = self._held_suffix()
+            out = self._pending[: len(self._pending) - keep]
+            self._pending = self._pending[len(out) :]
+        self.text += out
+        return out
+
+    def _first_stop(self) -> int | None:
+        # Search the tail of the released text too: a stop string may straddle the boundary only
+        # in pending text, because released text never ends with a stop-string prefix.
+        hits = [i for i in (self._pending.find(s) for s in self._stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def _held_suffix(self) -> int:
+        """Length of the longest suffix of pending text that is a proper prefix of a stop string."""
+        pending = self._pending
+        for length in range(min(self._hold_len, len(pending)), 0, -1):
+            tail = pending[-length:]
+            if any(s.startswith(tail) for s in self._stop):
+                return length
+        return 0
