@@ -1,0 +1,281 @@
+"""A thin owner of one llama.cpp model and its context, over llama-cpp-python's low-level API.
+
+Only the calls the speculative loop needs, with the hot ones kept cheap: one
+batch allocated at load and refilled in place, logits read as zero-copy numpy
+views of llama.cpp's buffer (valid until the next decode), token pieces cached.
+Not thread-safe: one engine thread owns each instance.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+from llama_cpp import _logger as llama_logger
+
+from localspec.errors import ContextOverflowError, LocalspecError, ModelFileError, UnsupportedModelError
+
+KV_TYPES = {
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+}
+GGUF_MAGIC = b"GGUF"
+
+ProgressFn = Callable[[float], None]
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        llama_logger.set_verbose(bool(os.environ.get("LOCALSPEC_LLAMA_VERBOSE")))
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def gpu_offload_supported() -> bool:
+    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, ...)."""
+    _init_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def default_threads() -> int:
+    import psutil
+
+    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load one model. gpu_layers: None = all when offload is supported, -1 = all, 0 = CPU."""
+
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    gpu_layers: int | None = None
+    kv_type: str = "f16"
+    n_batch: int = 512
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail with one clear line before llama.cpp sees a path that is not a GGUF file."""
+    if not path.exists():
+        raise ModelFileError(f"model file not found: {path}; check the path or run `localspec models`")
+    if not path.is_file():
+        raise ModelFileError(f"{path} is a directory, not a GGUF file; give the .gguf file inside it")
+    with open(path, "rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise ModelFileError(f"{path} is not a GGUF file (bad magic); convert it or pick a .gguf file")
+
+
+class LlamaModel:
+    """One loaded model with one context (sequence 0)."""
+
+    def __init__(
+        self, path: Path, options: LoadOptions = LoadOptions(), progress: ProgressFn | None = None
+    ) -> None:
+        _init_backend()
+        self.path = Path(path)
+        check_gguf_file(self.path)
+        self.options = options
+        self._model = self._load_model(progress)
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        try:
+            self._ctx = self._new_context()
+        except LocalspecError:
+            llama_cpp.llama_model_free(self._model)
+            raise
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_layers = int(llama_cpp.llama_model_n_layer(self._model))
+        self.size_bytes = int(llama_cpp.llama_model_size(self._model))
+        self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, 1)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.n_past = 0
+
+    def _load_model(self, progress: ProgressFn | None) -> llama_cpp.llama_model_p:
+        params = llama_cpp.llama_model_default_params()
+        gpu = self.options.gpu_layers
+        params.n_gpu_layers = (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
+        callback = None
+        if progress is not None:
+
+            def on_progress(value: float, _user: ctypes.c_void_p) -> bool:
+                progress(float(value))
+                return True
+
+            callback = llama_cpp.llama_progress_callback(on_progress)
+            params.progress_callback = callback
+        model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            raise UnsupportedModelError(
+                f"llama.cpp could not load {self.path.name}; the file may be truncated or its architecture "
+                "unsupported by this llama.cpp build (set LOCALSPEC_LLAMA_VERBOSE=1 for its log)"
+            )
+        return model
+
+    def _new_context(self) -> llama_cpp.llama_context_p:
+        opts = self.options
+        if opts.kv_type not in KV_TYPES:
+            raise UnsupportedModelError(
+                f"unknown KV cache type {opts.kv_type!r}; use one of {', '.join(KV_TYPES)}"
+            )
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = opts.n_ctx
+        params.n_batch = opts.n_batch
+        params.n_ubatch = opts.n_batch
+        params.n_seq_max = 1
+        threads = opts.n_threads or default_threads()
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.type_k = params.type_v = KV_TYPES[opts.kv_type]
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not ctx:
+            raise UnsupportedModelError(
+                f"llama.cpp could not create a context of {opts.n_ctx} tokens for "
+                f"{self.path.name}; try a smaller --ctx"
+            )
+        return ctx
+
+    # --- vocabulary -------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buf = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buf, capacity, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, False)
+            cached = self._piece_buf.raw[: max(n, 0)]
+            self._pieces[token] = cached
+        return cached
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        """End of generation: EOS, EOT and the like."""
+        cached = self._eog.get(token)
+        if cached is None:
+            cached = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        return cached
+
+    def token_text(self, token: int) -> str:
+        if not 0 <= token < self.n_vocab:
+            return ""
+        raw = llama_cpp.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    def fim_tokens(self) -> tuple[int, int, int] | None:
+        """(prefix, suffix, middle) token ids when the model knows fill-in-the-middle."""
+        ids = (
+            llama_cpp.llama_vocab_fim_pre(self._vocab),
+            llama_cpp.llama_vocab_fim_suf(self._vocab),
+            llama_cpp.llama_vocab_fim_mid(self._vocab),
+        )
+        return None if min(ids) < 0 else (int(ids[0]), int(ids[1]), int(ids[2]))
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    # --- decoding ---------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> float:
+        """Append `tokens` at position n_past; keep logits for the last `n_logits` of them.
+
+        Returns the seconds spent in llama.cpp (decode plus synchronise). Long inputs are
+        split into n_batch chunks; logits are only asked for where they will be read.
+        """
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise ContextOverflowError(self.n_past + len(tokens), self.n_ctx)
+        spent = 0.0
+        size = self.options.n_batch
+        first_logit = len(tokens) - n_logits
+        for start in range(0, len(tokens), size):
+            chunk = tokens[start : start + size]
+            self._fill_batch(chunk, start, first_logit)
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self._ctx, self._batch)
+            llama_cpp.llama_synchronize(self._ctx)
+            spent += time.perf_counter() - t0
+            if rc != 0:
+                raise LocalspecError(f"llama_decode failed with code {rc} at position {self.n_past}")
+            self.n_past += len(chunk)
+        return spent
+
+    def _fill_batch(self, chunk: Sequence[int], offset: int, first_logit: int) -> None:
+        batch = self._batch
+        base = self.n_past
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = base + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = offset + i >= first_logit
+        batch.n_tokens = len(chunk)
+
+    def logits(self, index: int) -> npt.NDArray[np.float32]:
+        """Logits of the index-th output of the last decode (negative counts from the end).
+
+        A view into llama.cpp's buffer: read or copy it before the next decode.
+        """
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def truncate(self, n_keep: int) -> None:
+        """Drop every cached position from n_keep on (exact KV rollback)."""
+        if n_keep < self.n_past:
+            llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
+            self.n_past = n_keep
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._memory, True)
+        self.n_past = 0
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None  # type: ignore[assignment]
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None  # type: ignore[assignment]
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,293 @@
+"""The engine: one worker thread owns the llama.cpp models; everyone else talks to it through a queue.
+
+`Engine.submit()` returns a `Handle` at once; its events (text chunks, then the
+result or an error) arrive as the worker produces them. Requests run one at a
+time in arrival order; a full queue is refused with OverloadedError rather than
+letting latency grow without bound. No request can take the worker down: each
+failure is delivered to that request's handle only.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from localspec.backend import LlamaModel, LoadOptions, gpu_offload_supported
+from localspec.drafters import Drafter, ModelDrafter, NgramDrafter
+from localspec.errors import LocalspecError, OverloadedError
+from localspec.prompting import prompt_tokens
+from localspec.speculative import Generation, Policy, fixed_policy
+from localspec.types import GenerationRequest, GenerationResult, Method, TokenChunk
+
+log = logging.getLogger("localspec.engine")
+
+Status = Literal["loading", "ready", "failed", "closed"]
+ProgressFn = Callable[[str, float], None]
+Event = TokenChunk | GenerationResult | LocalspecError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What to load and how. Built once at the edge (CLI, daemon) from Settings."""
+
+    target: Path
+    draft: Path | None = None
+    method: Method = "auto"
+    k: int = 4
+    load: LoadOptions = field(default_factory=LoadOptions)
+    draft_gpu_layers: int | None = None
+    queue_size: int = 16
+
+
+@dataclass
+class EngineInfo:
+    status: Status = "loading"
+    target: str = ""
+    draft: str | None = None
+    n_ctx: int = 0
+    gpu_offload: bool = False
+    methods: list[str] = field(default_factory=list)
+    draft_error: str | None = None
+    error: str | None = None
+
+
+class Handle:
+    """One submitted request: iterate it for chunks; `result` is set once it ends."""
+
+    def __init__(self, request: GenerationRequest) -> None:
+        self.request = request
+        self.cancelled = threading.Event()
+        self.result: GenerationResult | None = None
+        self._events: queue.Queue[Event] = queue.Queue()
+
+    def cancel(self) -> None:
+        """Stop this request; takes effect within one decoding step."""
+        self.cancelled.set()
+
+    def put(self, event: Event) -> None:
+        self._events.put(event)
+
+    def next_event(self, timeout: float | None = None) -> Event:
+        """The next chunk, the result, or the error (returned, not raised). Blocks."""
+        return self._events.get(timeout=timeout)
+
+    def __iter__(self) -> Iterator[TokenChunk]:
+        while True:
+            event = self.next_event()
+            if isinstance(event, LocalspecError):
+                raise event
+            if isinstance(event, GenerationResult):
+                self.result = event
+                return
+            yield event
+
+    def wait(self) -> GenerationResult:
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+
+class Engine:
+    """Owns the models on one worker thread. Use as a context manager or call close()."""
+
+    def __init__(self, config: EngineConfig, progress: ProgressFn | None = None) -> None:
+        self.config = config
+        self.info = EngineInfo(target=config.target.name, draft=config.draft.name if config.draft else None)
+        self._progress = progress
+        self._jobs: queue.Queue[Handle | None] = queue.Queue(maxsize=config.queue_size)
+        self._ready = threading.Event()
+        self._target: LlamaModel | None = None
+        self._drafters: dict[str, Drafter] = {}
+        self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
+        self._thread.start()
+
+    # --- public API (any thread) ---------------------------------------------------
+
+    def wait_ready(self, timeout: float | None = None) -> EngineInfo:
+        """Block until loading ends; raise the load error if it failed."""
+        self._ready.wait(timeout)
+        if self.info.status == "failed":
+            raise LocalspecError(self.info.error or "loading failed")
+        return self.info
+
+    def submit(self, request: GenerationRequest) -> Handle:
+        handle = Handle(request)
+        try:
+            self._jobs.put_nowait(handle)
+        except queue.Full:
+            raise OverloadedError(
+                f"{self.config.queue_size} requests are already waiting; retry in a few seconds"
+            ) from None
+        return handle
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Submit and wait: the blocking convenience for scripts and tests."""
+        return self.submit(request).wait()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._jobs.qsize()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._drain()
+            self._jobs.put(None)
+            self._thread.join()
+        self.info.status = "closed"
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job.put(LocalspecError("the engine is shutting down; the request was not run"))
+
+    # --- worker thread ---------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            self._load()
+        except Exception as exc:
+            self.info.status = "failed"
+            self.info.error = exc.message if isinstance(exc, LocalspecError) else f"loading failed: {exc}"
+            self._ready.set()
+            self._fail_all()
+            return
+        self.info.status = "ready"
+        self._ready.set()
+        while (job := self._jobs.get()) is not None:
+            self._run(job)
+        self._unload()
+
+    def _fail_all(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job.put(LocalspecError(self.info.error or "the engine failed to load"))
+
+    def _load(self) -> None:
+        cfg = self.config
+        self._target = LlamaModel(cfg.target, cfg.load, self._report("target"))
+        self.info.n_ctx = self._target.n_ctx
+        self.info.gpu_offload = gpu_offload_supported()
+        self._drafters["ngram"] = NgramDrafter()
+        if cfg.draft is not None:
+            self._load_draft(cfg.draft)
+        self.info.methods = ["none", *self._drafters, "layerskip", "auto"]
+
+    def _load_draft(self, path: Path) -> None:
+        from localspec.compat import check_compat
+        from localspec.gguf_info import read_gguf_info
+        from localspec.paths import Paths
+
+        cache = Paths.from_env().cache_dir
+        try:
+            target_info = read_gguf_info(self.config.target, cache_dir=cache)
+            draft_info = read_gguf_info(path, cache_dir=cache)
+            check_compat(target_info, draft_info, cache_dir=cache).raise_if_incompatible(
+                self.config.target.name, path.name
+            )
+            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
+            model = LlamaModel(path, options, self._report("draft"))
+        except LocalspecError as exc:
+            # The target alone still serves every request; the stats say why there is no draft.
+            self.info.draft_error = exc.message
+            log.warning("draft not loaded: %s", exc.message)
+            return
+        self._drafters["draft"] = ModelDrafter(model, "draft")
+
+    def _layerskip(self) -> Drafter:
+        if "layerskip" not in self._drafters:
+            from localspec.layerskip import derive_layerskip_draft
+            from localspec.paths import Paths
+
+            path = derive_layerskip_draft(self.config.target, cache_dir=Paths.from_env().derived_models_dir)
+            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
+            model = LlamaModel(path, options, self._report("layerskip draft"))
+            self._drafters["layerskip"] = ModelDrafter(model, "layerskip")
+        return self._drafters["layerskip"]
+
+    def _report(self, what: str) -> Callable[[float], None] | None:
+        progress = self._progress
+        if progress is None:
+            return None
+        return lambda fraction: progress(what, fraction)
+
+    def _unload(self) -> None:
+        for drafter in self._drafters.values():
+            if isinstance(drafter, ModelDrafter):
+                drafter.model.close()
+        if self._target is not None:
+            self._target.close()
+
+    def _run(self, job: Handle) -> None:
+        if job.cancelled.is_set():
+            job.put(LocalspecError("cancelled before it started"))
+            return
+        try:
+            result = self._generate(job)
+        except LocalspecError as exc:
+            job.put(exc)
+        except Exception as exc:  # a bug must cost one request, not the daemon
+            log.exception("generation failed")
+            job.put(LocalspecError(f"internal error: {exc}; the request was dropped, the engine is fine"))
+        else:
+            job.put(result)
+
+    def _generate(self, job: Handle) -> GenerationResult:
+        assert self._target is not None
+        req = job.request
+        tokens = prompt_tokens(self._target, req)
+        policy, method, reason = self._policy(req.speculative.method, req.speculative.k)
+        gen = Generation(
+            self._target,
+            tokens,
+            max_tokens=req.max_tokens,
+            params=req.sampling,
+            stop=req.stop,
+            policy=policy,
+            method=method,
+            k=req.speculative.k,
+            cancel=job.cancelled,
+        )
+        gen.stats.fallback_reason = reason
+        for chunk in gen.run():
+            job.put(chunk)
+        assert gen.result is not None
+        return gen.result
+
+    def _policy(self, method: Method, k: int) -> tuple[Policy, str, str | None]:
+        """The policy for a request's method; a method that cannot run falls back to `none`, with why."""
+        if method == "auto":
+            method = self._auto_method()
+        if method == "none":
+            return fixed_policy(None, 0), "none", None
+        if method == "layerskip":
+            try:
+                return fixed_policy(self._layerskip(), k), method, None
+            except LocalspecError as exc:
+                return fixed_policy(None, 0), "none", f"layerskip unavailable: {exc.message}"
+        drafter = self._drafters.get(method)
+        if drafter is None:
+            why = self.info.draft_error or "no draft model loaded (--draft FILE)"
+            return fixed_policy(None, 0), "none", f"{method} unavailable: {why}"
+        return fixed_policy(drafter, k), method, None
+
+    def _auto_method(self) -> Method:
+        # Until the calibrating controller exists: a draft model pays where verifying k tokens
+        # costs about one (a GPU); on a CPU only cheap n-gram drafts can win.
+        if "draft" in self._drafters and self.info.gpu_offload and (self.config.load.gpu_layers or -1) != 0:
+            return "draft"
+        return "ngram"

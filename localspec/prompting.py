@@ -1,0 +1,74 @@
+"""From a request to prompt tokens: the GGUF's chat template, raw text, or fill-in-the-middle."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from localspec.backend import LlamaModel
+from localspec.errors import UserInputError
+from localspec.types import ChatMessage, GenerationRequest
+
+# Used only when a GGUF carries no chat template: plain role-prefixed turns.
+FALLBACK_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def prompt_tokens(model: LlamaModel, request: GenerationRequest) -> list[int]:
+    """Token ids for a request; raises UserInputError for a request the model cannot serve."""
+    if request.suffix is not None:
+        return fim_tokens(model, request.prompt or "", request.suffix)
+    if request.messages:
+        return _tokenize_rendered(model, render_chat(model, request.messages))
+    if request.prompt is None:
+        raise UserInputError("the request has neither messages nor a prompt", param="messages")
+    return _tokenize_rendered(model, request.prompt)
+
+
+def render_chat(model: LlamaModel, messages: Sequence[ChatMessage]) -> str:
+    """Apply the model's own chat template (Jinja, as Transformers renders it)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    template = model.meta("tokenizer.chat_template") or FALLBACK_TEMPLATE
+    bos = model.token_text(_special(model, "tokenizer.ggml.bos_token_id"))
+    eos = model.token_text(_special(model, "tokenizer.ggml.eos_token_id"))
+    formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+    try:
+        turns: list[Any] = [{"role": m.role, "content": m.content} for m in messages]
+        return formatter(messages=turns).prompt
+    except Exception as exc:  # templates raise their own errors (e.g. "roles must alternate")
+        raise UserInputError(
+            f"the model's chat template rejected the messages: {exc}", param="messages"
+        ) from None
+
+
+def fim_tokens(model: LlamaModel, prefix: str, suffix: str) -> list[int]:
+    """Prefix-suffix-middle order, as Qwen2.5-Coder and most FIM-trained models expect."""
+    fim = model.fim_tokens()
+    if fim is None:
+        raise UserInputError(
+            f"{model.path.name} has no fill-in-the-middle tokens; drop `suffix`", param="suffix"
+        )
+    pre, suf, mid = fim
+    encode = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
+    head = [_bos(model)] if model.add_bos else []
+    return [*head, pre, *encode(prefix), suf, *encode(suffix), mid]
+
+
+def _tokenize_rendered(model: LlamaModel, text: str) -> list[int]:
+    tokens = model.tokenize(text, add_special=True, parse_special=True)
+    # Templates often write the BOS text themselves; llama.cpp then adds a second BOS.
+    if model.add_bos and len(tokens) > 1 and tokens[0] == tokens[1] == _bos(model):
+        tokens = tokens[1:]
+    return tokens
+
+
+def _bos(model: LlamaModel) -> int:
+    return _special(model, "tokenizer.ggml.bos_token_id")
+
+
+def _special(model: LlamaModel, key: str) -> int:
+    value = model.meta(key)
+    return int(value) if value is not None and value.lstrip("-").isdigit() else -1

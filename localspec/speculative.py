@@ -1,0 +1,240 @@
+"""The speculative decoding loop: draft, verify in one batch, keep the accepted prefix, roll back.
+
+Every method runs through this loop; `none` is simply a step that drafts nothing,
+so the baseline and the speculative methods share one code path and one set of
+stop rules. Lossless by construction: greedy keeps only tokens that equal the
+target's argmax, sampling uses rejection sampling (localspec.sampling).
+
+Float rounding in llama.cpp depends on the batch size, so a batched verify can
+flip an argmax where the top two logits nearly tie. Where the verify shows such
+a near-tie, that position is decided again with a single-token decode, the way
+the target alone computes it (see `NEAR_TIE`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from localspec.backend import LlamaModel
+from localspec.drafters import Draft, Drafter
+from localspec.errors import ContextOverflowError
+from localspec.sampling import greedy_accept, probabilities, rejection_sample, sample
+from localspec.textstream import TextStream
+from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
+
+# Logit gap under which a batched verify's argmax is re-decided by a single-token decode.
+# Batch-size rounding in llama.cpp's CPU kernels moves logits by well under this (measured in
+# docs/benchmarks.md); a real preference is almost always far larger.
+NEAR_TIE = 0.25
+
+Policy = Callable[["StepContext"], tuple[Drafter | None, int]]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a policy sees when it chooses the drafter and k for the next step."""
+
+    tokens: Sequence[int]
+    room: int
+    step: int
+
+
+@dataclass
+class _Step:
+    new_tokens: list[int]
+    from_draft: int
+
+
+class Generation:
+    """One request's decoding state. Iterate `run()` for chunks; `result` holds the outcome after."""
+
+    def __init__(
+        self,
+        target: LlamaModel,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        params: SamplingParams,
+        stop: Sequence[str],
+        policy: Policy,
+        method: str,
+        k: int,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        if len(prompt) >= target.n_ctx:
+            raise ContextOverflowError(len(prompt), target.n_ctx)
+        self.target = target
+        self.prompt = list(prompt)
+        self.tokens = list(prompt)
+        self.max_tokens = max_tokens
+        self.params = params
+        self.policy = policy
+        self.cancel = cancel or threading.Event()
+        self.rng = np.random.default_rng(params.seed)
+        self.stream = TextStream(stop)
+        self.stats = GenerationStats(method=method, k=k, prompt_tokens=len(prompt))
+        self.generated: list[int] = []
+        self.finish: FinishReason | None = None
+        self.result: GenerationResult | None = None
+        self._drafters_started: set[int] = set()
+
+    # --- driving ------------------------------------------------------------
+
+    def run(self) -> Iterator[TokenChunk]:
+        t0 = time.perf_counter()
+        self.target.reset()
+        self.stats.target_s += self.target.decode(self.prompt, 1)
+        first = self._pick(self.target.logits(-1))
+        yield from self._emit(_Step([first], 0), t0)
+        while self.finish is None:
+            if self.cancel.is_set():
+                self.finish = "cancelled"
+                break
+            step = self._step()
+            yield from self._emit(step, t0)
+        tail = self.stream.finish()
+        if tail:
+            yield TokenChunk(tail, ())
+        self._close(t0)
+
+    def _step(self) -> _Step:
+        room = self.target.n_ctx - self.target.n_past  # free positions; the pending token needs one
+        if room < 1:
+            self.finish = "length"
+            return _Step([], 0)
+        drafter, k = self.policy(StepContext(self.tokens, room, self.stats.steps))
+        # Never draft past the context or past what max_tokens lets through (the step adds one more).
+        k = min(k, room - 1, self.max_tokens - len(self.generated) - 1)
+        draft = self._draft(drafter, k) if drafter is not None and k > 0 else Draft()
+        self.stats.steps += 1
+        name = drafter.name if drafter is not None and draft.tokens else "none"
+        self.stats.method_steps[name] = self.stats.method_steps.get(name, 0) + 1
+        return self._verify(draft)
+
+    def _draft(self, drafter: Drafter, k: int) -> Draft:
+        if id(drafter) not in self._drafters_started:
+            drafter.start(self.prompt)
+            self._drafters_started.add(id(drafter))
+        try:
+            draft = drafter.propose(self.tokens, k, self.params, self.rng)
+        except Exception as exc:  # a failing draft must never lose the request
+            self.stats.fallback_reason = f"{drafter.name} failed: {exc}"
+            self.policy = _no_draft
+            return Draft()
+        self.stats.draft_s += draft.seconds
+        return draft
+
+    # --- verification -----------------------------------------------------------
+
+    def _verify(self, draft: Draft) -> _Step:
+        base = self.target.n_past
+        batch = [self.tokens[-1], *draft.tokens]
+        self.stats.target_s += self.target.decode(batch, len(batch))
+        if self.params.greedy:
+            n_acc, nxt = self._verify_greedy(draft.tokens, base)
+        else:
+            rows = [probabilities(self.target.logits(i), self.params) for i in range(len(batch))]
+            verdict = rejection_sample(draft.tokens, draft.probs, rows, self.rng)
+            n_acc, nxt = verdict.n_accepted, verdict.next_token
+        # The target's cache now holds the last accepted token plus the whole draft; keep what was accepted.
+        self.target.truncate(base + 1 + n_acc)
+        self._count(draft.tokens, n_acc)
+        return _Step([*draft.tokens[:n_acc], nxt], n_acc)
+
+    def _verify_greedy(self, draft: Sequence[int], base: int) -> tuple[int, int]:
+        choices: list[int] = []
+        for i in range(len(draft) + 1):
+            row = self.target.logits(i)
+            choice = int(row.argmax())
+            if len(draft) > 0 and _near_tie(row, choice):
+                # Decide this position as the target alone would: a decode of one token.
+                self.target.truncate(base + i)
+                self.stats.target_s += self.target.decode([([self.tokens[-1], *draft])[i]], 1)
+                self.stats.redecided += 1
+                return i, int(self.target.logits(-1).argmax())
+            choices.append(choice)
+            if i < len(draft) and draft[i] != choice:
+                break
+        n_acc = greedy_accept(draft, choices)
+        return n_acc, choices[n_acc]
+
+    def _pick(self, logits: npt.NDArray[np.float32]) -> int:
+        if self.params.greedy:
+            return int(logits.argmax())
+        return sample(probabilities(logits, self.params), self.rng)
+
+    def _count(self, draft: Sequence[int], n_acc: int) -> None:
+        st = self.stats
+        st.drafted += len(draft)
+        st.accepted += n_acc
+        for pos in range(len(draft)):
+            if pos >= len(st.drafted_by_position):
+                st.drafted_by_position.append(0)
+                st.accepted_by_position.append(0)
+            st.drafted_by_position[pos] += 1
+            st.accepted_by_position[pos] += int(pos < n_acc)
+
+    # --- output -------------------------------------------------------------------
+
+    def _emit(self, step: _Step, t0: float) -> Iterator[TokenChunk]:
+        """Apply EOS, stop strings and max_tokens to a step's tokens, in order, and yield the final text."""
+        kept: list[int] = []
+        text = ""
+        for token in step.new_tokens:
+            if self.target.is_eog(token):
+                self.finish = "stop"
+                break
+            kept.append(token)
+            self.generated.append(token)
+            self.tokens.append(token)
+            text += self.stream.push(self.target.piece(token))
+            if self.stream.stopped:
+                self.finish = "stop"
+                break
+            if len(self.generated) >= self.max_tokens:
+                self.finish = "length"
+                break
+        if kept and self.stats.ttft_s == 0.0:
+            self.stats.ttft_s = time.perf_counter() - t0
+        if kept or text:
+            yield TokenChunk(text, tuple(kept), min(step.from_draft, len(kept)))
+
+    def _close(self, t0: float) -> None:
+        st = self.stats
+        st.elapsed_s = time.perf_counter() - t0
+        st.tokens = len(self.generated)
+        st.tokens_per_second = st.tokens / st.elapsed_s if st.elapsed_s > 0 else 0.0
+        st.mean_itl_s = (st.elapsed_s - st.ttft_s) / (st.tokens - 1) if st.tokens > 1 else 0.0
+        st.acceptance_rate = st.accepted / st.drafted if st.drafted else 0.0
+        drafted_steps = sum(v for m, v in st.method_steps.items() if m != "none")
+        st.mean_accepted_length = st.accepted / drafted_steps if drafted_steps else 0.0
+        st.python_s = max(0.0, st.elapsed_s - st.target_s - st.draft_s)
+        self.result = GenerationResult(self.stream.text, tuple(self.generated), self.finish or "stop", st)
+
+
+def _no_draft(_ctx: StepContext) -> tuple[Drafter | None, int]:
+    return None, 0
+
+
+def _near_tie(row: npt.NDArray[np.float32], choice: int) -> bool:
+    # Second-best without a sort: mask the winner for one max() (row is llama.cpp's buffer; restored).
+    best = float(row[choice])
+    row[choice] = -np.inf
+    second = float(row.max())
+    row[choice] = best
+    return best - second < NEAR_TIE
+
+
+def fixed_policy(drafter: Drafter | None, k: int) -> Policy:
+    """Always draft k tokens with the same drafter (or never, for None)."""
+
+    def policy(_ctx: StepContext) -> tuple[Drafter | None, int]:
+        return drafter, k
+
+    return policy
