@@ -1,0 +1,490 @@
+"""What a GGUF file says about itself: metadata, tokenizer and tensor sizes, never its weights.
+
+`read_gguf_info` memory-maps the file with `gguf.GGUFReader` and touches only the
+header, so a 10 GB model costs what its metadata costs. Parsing a 150k-token
+vocabulary still takes seconds, so infos and token lists are cached on disk under
+the cache dir, keyed by (resolved path, size, mtime_ns): a second scan of a folder
+of models only stats the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from localspec.errors import ModelFileError, UnsupportedModelError
+from localspec.paths import Paths
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
+
+GGUF_MAGIC = b"GGUF"
+# Bump when GGUFInfo or the cached token format changes, so old cache entries are ignored.
+CACHE_VERSION = 1
+FINGERPRINT_HEX = 16
+# Metadata arrays longer than this (token lists, merges, scores) are skipped when
+# collecting scalars; per-layer arrays such as head counts stay well below it.
+_SMALL_ARRAY = 4096
+
+# fmt: off
+# tokenizer.ggml.model -> llama.cpp's vocab type (llama-vocab.cpp, llama_vocab::impl::load).
+_VOCAB_TYPES = {
+    "llama": "spm", "gpt2": "bpe", "hybriddna": "bpe", "whitespace": "bpe", "gemma4": "bpe", "bert": "wpm",
+    "t5": "ugm", "rwkv": "rwkv", "plamo2": "plamo2", "no_vocab": "none", "none": "none",
+}
+# llama.cpp's defaults when a GGUF does not say: (bos id, eos id, add_bos, add_eos).
+_TOKENIZER_DEFAULTS: dict[str, tuple[int | None, int | None, bool, bool]] = {
+    "spm": (1, 2, True, False), "bpe": (11, 11, False, False), "wpm": (101, None, True, False),
+    "ugm": (None, 1, False, True), "rwkv": (None, None, False, False), "plamo2": (1, 2, False, False),
+}
+# BPE pre-tokenizers for which llama.cpp turns add_bos on by default.
+_BPE_PRE_ADDS_BOS = frozenset([
+    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano",
+    "tekken", "chameleon",
+])
+# Token texts llama.cpp recognises as fill-in-the-middle markers when no id is given.
+_FIM_TEXTS = {
+    "prefix": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+               "<|code_prefix|>"),
+    "suffix": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+               "<|code_suffix|>"),
+    "middle": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+               "<|code_middle|>"),
+}
+# Architectures llama.cpp knows but that cannot generate text: encoders, embedders,
+# vision projectors (mmproj files) and audio decoders.
+_NOT_GENERATIVE = frozenset([
+    "clip", "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert", "jina-bert-v2", "jina-bert-v3",
+    "eurobert", "t5encoder", "wavtokenizer-dec", "gemma-embedding",
+])
+# fmt: on
+_FIM_KEYS = {
+    "prefix": ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
+    "suffix": ("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"),
+    "middle": ("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
+}
+_LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    """One model file as its header describes it. Sizes in bytes, counts in tokens."""
+
+    path: Path
+    name: str
+    arch: str
+    n_params: int
+    quant: str
+    size_bytes: int
+    n_ctx_train: int
+    n_layers: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    vocab_type: str
+    tokenizer_pre: str | None
+    vocab_size: int
+    bos_id: int | None
+    eos_id: int | None
+    add_bos: bool
+    add_eos: bool
+    has_chat_template: bool
+    chat_template: str | None
+    fim_prefix_id: int | None
+    fim_suffix_id: int | None
+    fim_middle_id: int | None
+    tokenizer_fingerprint: str
+    layer_bytes: tuple[int, ...]
+    non_layer_bytes: int
+    token_embd_bytes: int
+    output_bytes: int
+
+    @property
+    def has_fim(self) -> bool:
+        """True when prefix, suffix and middle markers all exist (code infill can work)."""
+        return None not in (self.fim_prefix_id, self.fim_suffix_id, self.fim_middle_id)
+
+    @property
+    def llama_vocab_type(self) -> str:
+        """The vocab type as llama.cpp compares it (spm, bpe, wpm, ugm, ...)."""
+        return llama_vocab_type(self.vocab_type)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; `from_dict` reads it back."""
+        data = dataclasses.asdict(self)
+        data["path"] = str(self.path)
+        data["layer_bytes"] = list(self.layer_bytes)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GGUFInfo:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        values["path"] = Path(values["path"])
+        values["layer_bytes"] = tuple(values["layer_bytes"])
+        return cls(**values)
+
+
+def llama_vocab_type(tokenizer_model: str) -> str:
+    """Map `tokenizer.ggml.model` to llama.cpp's vocab type; unknown models map to themselves."""
+    return _VOCAB_TYPES.get(tokenizer_model, tokenizer_model)
+
+
+def read_gguf_info(path: str | os.PathLike[str], *, cache_dir: Path | None = None) -> GGUFInfo:
+    """Describe the GGUF at `path` (cached); ModelFileError or UnsupportedModelError when unusable."""
+    file, st = _check_file(Path(path))
+    cache = _Cache(cache_dir or Paths.from_env().cache_dir)
+    key = _cache_key(file, st)
+    info = cache.load_info(key)
+    if info is None:
+        info, tokens = _parse(file, st)
+        cache.store(key, info, tokens)
+    _check_supported(info)
+    return info
+
+
+def read_tokens(info: GGUFInfo, *, cache_dir: Path | None = None) -> list[str]:
+    """The token texts of `info`'s vocabulary, by id (cached by tokenizer fingerprint)."""
+    cache = _Cache(cache_dir or Paths.from_env().cache_dir)
+    tokens = cache.load_tokens(info.tokenizer_fingerprint)
+    if tokens is not None:
+        return tokens
+    file, st = _check_file(info.path)
+    fresh, tokens = _parse(file, st)
+    if fresh.tokenizer_fingerprint != info.tokenizer_fingerprint:
+        raise ModelFileError(f"{file}: the file changed since it was read; read it again")
+    cache.store(_cache_key(file, st), fresh, tokens)
+    return tokens
+
+
+def _check_file(path: Path) -> tuple[Path, os.stat_result]:
+    """The resolved path and its stat, or one clear line saying why it is no GGUF file."""
+    try:
+        file = path.expanduser().resolve()
+        st = file.stat()
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if file.is_dir():
+        raise ModelFileError(f"{path}: is a directory, not a GGUF file")
+    try:
+        with open(file, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if magic != GGUF_MAGIC:
+        raise ModelFileError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
+    return file, st
+
+
+def _open_reader(file: Path) -> GGUFReader:
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(file)
+    except (ValueError, IndexError, KeyError, OverflowError, TypeError):
+        # The reader fails on a short read (numpy reshape or index errors); a person needs the verdict.
+        size = file.stat().st_size
+        raise ModelFileError(
+            f"{file}: truncated or corrupt GGUF ({size:,} bytes); download it again"
+        ) from None
+    return reader
+
+
+def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
+    reader = _open_reader(file)
+    meta = _scalars(reader)
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelFileError(f"{file}: has no general.architecture; not a model (a split part?)")
+    if meta.get("general.type") == "adapter":
+        raise UnsupportedModelError(f"{file}: is a LoRA adapter, not a model")
+    tokens = _token_texts(reader)
+    tok = _tokenizer(meta, tokens)
+    tensors = _tensor_sizes(reader)
+    n_embd = _int(meta, f"{arch}.embedding_length")
+    n_head = _int(meta, f"{arch}.attention.head_count")
+    head_dim = n_embd // n_head if n_head else 0
+    info = GGUFInfo(
+        path=file,
+        name=str(meta.get("general.name") or file.stem),
+        arch=arch,
+        n_params=tensors.n_params,
+        quant=_quant(meta, tensors.dominant_type),
+        size_bytes=st.st_size,
+        n_ctx_train=_int(meta, f"{arch}.context_length"),
+        n_layers=_int(meta, f"{arch}.block_count"),
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=_int(meta, f"{arch}.attention.head_count_kv") or n_head,
+        head_dim_k=_int(meta, f"{arch}.attention.key_length") or head_dim,
+        head_dim_v=_int(meta, f"{arch}.attention.value_length") or head_dim,
+        layer_bytes=tensors.layer_bytes,
+        non_layer_bytes=tensors.non_layer_bytes,
+        token_embd_bytes=tensors.token_embd_bytes,
+        output_bytes=tensors.output_bytes,
+        **tok,
+    )
+    return info, tokens
+
+
+def _scalars(reader: GGUFReader) -> dict[str, Any]:
+    """Every metadata value except the big arrays (token lists, merges, scores)."""
+    from gguf import GGUFValueType
+
+    out: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if not field.types:
+            continue
+        if field.types[0] == GGUFValueType.ARRAY and len(field.data) > _SMALL_ARRAY:
+            continue
+        try:
+            out[key] = field.contents()
+        except (UnicodeDecodeError, ValueError, IndexError):
+            continue  # a malformed optional value should not hide the rest of the header
+    return out
+
+
+def _token_texts(reader: GGUFReader) -> list[str]:
+    field = reader.fields.get("tokenizer.ggml.tokens")
+    if field is None:
+        return []
+    # surrogateescape keeps byte-level tokens that are not valid UTF-8 distinct and round-trippable.
+    return [field.parts[i].tobytes().decode("utf-8", "surrogateescape") for i in field.data]
+
+
+def _int(meta: Mapping[str, Any], key: str) -> int:
+    """An integer value; for per-layer arrays (some hybrid models) the largest entry."""
+    value = meta.get(key)
+    if isinstance(value, list):
+        return max((int(v) for v in value), default=0)
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _tokenizer(meta: Mapping[str, Any], tokens: list[str]) -> dict[str, Any]:
+    """Tokenizer fields of GGUFInfo, with llama.cpp's defaults where the header is silent."""
+    model = str(meta.get("tokenizer.ggml.model") or "none")
+    pre = meta.get("tokenizer.ggml.pre")
+    vtype = llama_vocab_type(model)
+    bos, eos, add_bos, add_eos = _TOKENIZER_DEFAULTS.get(vtype, (None, None, False, False))
+    if vtype == "bpe" and pre in _BPE_PRE_ADDS_BOS:
+        add_bos = True
+    bos = _token_id(meta, "tokenizer.ggml.bos_token_id", len(tokens), bos)
+    eos = _token_id(meta, "tokenizer.ggml.eos_token_id", len(tokens), eos)
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", add_bos))
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", add_eos))
+    template = meta.get("tokenizer.chat_template")
+    template = template if isinstance(template, str) and template else None
+    fim = {part: _fim_id(meta, tokens, part) for part in ("prefix", "suffix", "middle")}
+    return {
+        "vocab_type": model,
+        "tokenizer_pre": pre if isinstance(pre, str) else None,
+        "vocab_size": len(tokens),
+        "bos_id": bos,
+        "eos_id": eos,
+        "add_bos": add_bos,
+        "add_eos": add_eos,
+        "has_chat_template": template is not None,
+        "chat_template": template,
+        "fim_prefix_id": fim["prefix"],
+        "fim_suffix_id": fim["suffix"],
+        "fim_middle_id": fim["middle"],
+        "tokenizer_fingerprint": tokenizer_fingerprint(model, tokens, bos, eos, add_bos, add_eos),
+    }
+
+
+def _token_id(meta: Mapping[str, Any], key: str, n_vocab: int, default: int | None) -> int | None:
+    value = meta.get(key)
+    # llama.cpp ignores ids outside the vocabulary ("bad special token") and keeps its default.
+    if isinstance(value, int) and 0 <= value < n_vocab:
+        return value
+    return default
+
+
+def _fim_id(meta: Mapping[str, Any], tokens: list[str], part: str) -> int | None:
+    for key in _FIM_KEYS[part]:
+        found = _token_id(meta, key, len(tokens), None)
+        if found is not None:
+            return found
+    wanted = _FIM_TEXTS[part]
+    # Control tokens sit at the end of big vocabularies; scanning from the end finds them fast.
+    for i in range(len(tokens) - 1, -1, -1):
+        if tokens[i] in wanted:
+            return i
+    return None
+
+
+def tokenizer_fingerprint(
+    vocab_type: str, tokens: list[str], bos: int | None, eos: int | None, add_bos: bool, add_eos: bool
+) -> str:
+    """A stable hash of everything llama.cpp's draft compatibility check looks at.
+
+    Equal fingerprints imply compatible tokenizers; different ones need `compat` to decide.
+    """
+    h = hashlib.sha256()
+    h.update(f"{llama_vocab_type(vocab_type)}\0{bos}\0{eos}\0{add_bos}\0{add_eos}\0{len(tokens)}\0".encode())
+    for text in tokens:
+        raw = text.encode("utf-8", "surrogateescape")
+        h.update(len(raw).to_bytes(4, "little"))
+        h.update(raw)
+    return h.hexdigest()[:FINGERPRINT_HEX]
+
+
+@dataclass(frozen=True)
+class _TensorSizes:
+    n_params: int
+    layer_bytes: tuple[int, ...]
+    non_layer_bytes: int
+    token_embd_bytes: int
+    output_bytes: int
+    dominant_type: str
+
+
+def _tensor_sizes(reader: GGUFReader) -> _TensorSizes:
+    """Bytes per transformer block and outside them, which the memory planner splits across devices."""
+    layers: dict[int, int] = {}
+    by_type: dict[str, int] = {}
+    n_params = non_layer = embd = output = 0
+    for t in reader.tensors:
+        n_bytes = int(t.n_bytes)
+        n_params += int(t.n_elements)
+        by_type[t.tensor_type.name] = by_type.get(t.tensor_type.name, 0) + n_bytes
+        match = _LAYER_TENSOR.match(t.name)
+        if match:
+            index = int(match.group(1))
+            layers[index] = layers.get(index, 0) + n_bytes
+            continue
+        non_layer += n_bytes
+        if t.name == "token_embd.weight":
+            embd = n_bytes
+        elif t.name == "output.weight":
+            output = n_bytes
+    n_blocks = max(layers) + 1 if layers else 0
+    dominant = max(by_type, key=lambda k: by_type[k]) if by_type else "unknown"
+    return _TensorSizes(
+        n_params=n_params,
+        layer_bytes=tuple(layers.get(i, 0) for i in range(n_blocks)),
+        non_layer_bytes=non_layer,
+        token_embd_bytes=embd,
+        output_bytes=output,
+        dominant_type=dominant,
+    )
+
+
+def _quant(meta: Mapping[str, Any], dominant_type: str) -> str:
+    """The file type name (Q4_K_M); the type holding most bytes when the header does not say."""
+    from gguf import LlamaFileType
+
+    file_type = meta.get("general.file_type")
+    if isinstance(file_type, int):
+        try:
+            name = LlamaFileType(file_type & ~LlamaFileType.GUESSED).name
+        except ValueError:
+            return dominant_type
+        return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    return dominant_type
+
+
+def llama_cpp_knows(arch: str) -> bool:
+    """Whether the bundled llama.cpp can load `arch` (encoders and projectors included).
+
+    The `gguf` package is released from the llama.cpp tree, so its MODEL_ARCH_NAMES
+    covers most names; the bundled llama.cpp can be newer, so a name missing there is
+    looked up among the library's own strings, where llama.cpp keeps its arch table.
+    """
+    from gguf import MODEL_ARCH_NAMES
+
+    if arch in MODEL_ARCH_NAMES.values():
+        return True
+    return b"\0" + arch.encode() + b"\0" in _libllama_bytes()
+
+
+@functools.cache
+def _libllama_bytes() -> bytes:
+    spec = importlib.util.find_spec("llama_cpp")  # locates the package without loading the library
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        for lib in sorted((Path(folder) / "lib").glob("*llama.*")):
+            try:
+                return lib.read_bytes()
+            except OSError:
+                continue
+    return b""
+
+
+def _check_supported(info: GGUFInfo) -> None:
+    if info.arch in _NOT_GENERATIVE:
+        raise UnsupportedModelError(
+            f"{info.path}: architecture {info.arch!r} cannot generate text (encoder, embedder or projector)"
+        )
+    if not llama_cpp_knows(info.arch):
+        raise UnsupportedModelError(
+            f"{info.path}: architecture {info.arch!r} is not one llama.cpp can run; "
+            "a newer llama-cpp-python may support it"
+        )
+    if info.vocab_size == 0:
+        raise UnsupportedModelError(f"{info.path}: has no tokenizer vocabulary, so it cannot generate text")
+
+
+def _cache_key(file: Path, st: os.stat_result) -> str:
+    raw = f"v{CACHE_VERSION}\0{file}\0{st.st_size}\0{st.st_mtime_ns}"
+    return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+class _Cache:
+    """Infos by file key and token lists by fingerprint, as JSON files written atomically.
+
+    A cache that cannot be read or written only costs speed, so its errors are swallowed.
+    """
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.root = cache_dir / "gguf" / f"v{CACHE_VERSION}"
+
+    def load_info(self, key: str) -> GGUFInfo | None:
+        data = self._load(self.root / "info" / f"{key}.json")
+        if not isinstance(data, dict):
+            return None
+        try:
+            return GGUFInfo.from_dict(data)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def load_tokens(self, fingerprint: str) -> list[str] | None:
+        data = self._load(self.root / "tokens" / f"{fingerprint}.json")
+        return data if isinstance(data, list) else None
+
+    def store(self, key: str, info: GGUFInfo, tokens: list[str]) -> None:
+        tokens_file = self.root / "tokens" / f"{info.tokenizer_fingerprint}.json"
+        if not tokens_file.is_file():
+            self._write(tokens_file, tokens)
+        self._write(self.root / "info" / f"{key}.json", info.to_dict())
+
+    @staticmethod
+    def _load(file: Path) -> Any:
+        try:
+            return json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _write(file: Path, data: Any) -> None:
+        tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            # ensure_ascii escapes lone surrogates, which plain UTF-8 could not encode.
+            tmp.write_text(json.dumps(data, ensure_ascii=True), encoding="utf-8")
+            os.replace(tmp, file)
+        except OSError:
+            tmp.unlink(missing_ok=True)

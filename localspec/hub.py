@@ -1,0 +1,173 @@
+"""Download GGUF models from the Hugging Face Hub into the models folder.
+
+A thin layer over `huggingface_hub`: choose a .gguf when none is named (Q4_K_M
+first, the usual speed/quality balance for local use), download it into the models
+folder with the hub's resumable downloader, and turn the hub's exception zoo into
+one DownloadError line that says what to do. `HF_ENDPOINT` is read at call time, so
+a mirror (or a test server) set after import still takes effect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from localspec.errors import DownloadError, UserInputError
+from localspec.paths import Paths
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+# Tried in order when a repository holds several quantisations and none was named.
+PREFERRED_QUANTS = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q4_0", "Q8_0", "Q6_K")
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """Split `owner/name[:file.gguf]` into the repository id and the optional file name."""
+    repo, sep, filename = spec.partition(":")
+    if not _REPO_ID.match(repo):
+        raise UserInputError(f"{spec!r} is not a Hugging Face repository id like 'owner/name[:file.gguf]'")
+    if sep and not filename:
+        raise UserInputError(f"{spec!r} names no file after ':'")
+    return repo, (filename or None)
+
+
+def choose_gguf(files: Iterable[str], repo: str = "the repository") -> str:
+    """The .gguf to fetch when none was named: a preferred quantisation, else the only candidate."""
+    candidates = sorted(f for f in files if _is_model_gguf(f))
+    if not candidates:
+        raise DownloadError(f"{repo} holds no .gguf model file; name one with REPO:FILE")
+    for quant in PREFERRED_QUANTS:
+        matches = [f for f in candidates if _has_quant(f, quant)]
+        if matches:
+            # The shortest name is the plain variant ("x-Q4_K_M.gguf" before "x-Q4_K_M-imat.gguf").
+            return min(matches, key=len)
+    if len(candidates) == 1:
+        return candidates[0]
+    listed = ", ".join(Path(f).name for f in candidates[:8])
+    raise DownloadError(f"{repo} holds {len(candidates)} .gguf files ({listed}); choose one with REPO:FILE")
+
+
+def _is_model_gguf(name: str) -> bool:
+    base = Path(name).name.lower()
+    if not base.endswith(".gguf") or base.startswith("mmproj"):
+        return False
+    split = _SPLIT_PART.search(base)
+    # Only the first part of a split model is loadable by name; llama.cpp finds the rest.
+    return split is None or int(split.group(1)) == 1
+
+
+def _has_quant(name: str, quant: str) -> bool:
+    stem = Path(name).name.lower().removesuffix(".gguf")
+    return re.search(rf"(^|[-_.]){re.escape(quant.lower())}($|[-_.])", stem) is not None
+
+
+def pull(
+    repo: str,
+    filename: str | None = None,
+    dest_dir: Path | None = None,
+    *,
+    progress: bool = True,
+    revision: str = "main",
+) -> Path:
+    """Download `filename` (or the best .gguf) from `repo` into `dest_dir` (default: the models folder).
+
+    Returns the local path. A file already downloaded at the same revision is not fetched again.
+    """
+    from huggingface_hub import HfApi, hf_hub_download
+
+    dest = dest_dir or Paths.from_env().models_dir
+    endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    if filename is None:
+        with _hub_errors(repo, None, endpoint):
+            files = HfApi(endpoint=endpoint).list_repo_files(repo, revision=revision)
+        filename = choose_gguf(files, repo)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(f"cannot write to {dest}: {exc.strerror or exc}") from None
+    kwargs: dict[str, Any] = {} if progress else {"tqdm_class": _quiet_bar()}
+    with _hub_errors(repo, filename, endpoint):
+        local = hf_hub_download(
+            repo_id=repo, filename=filename, revision=revision, local_dir=dest, endpoint=endpoint, **kwargs
+        )
+    return Path(str(local))
+
+
+def _quiet_bar() -> type[Any]:
+    from huggingface_hub.utils import tqdm
+
+    class QuietBar(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return QuietBar
+
+
+@contextmanager
+def _hub_errors(repo: str, filename: str | None, endpoint: str) -> Iterator[None]:
+    """Turn huggingface_hub and network exceptions into one DownloadError line."""
+    try:
+        yield
+    except Exception as exc:
+        message = _describe(exc, repo, filename, endpoint)
+        if message is None:
+            raise
+        raise DownloadError(message) from exc
+
+
+def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) -> str | None:
+    """One line for a hub failure, or None for an exception that is a bug rather than a download problem."""
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        FileMetadataError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    what = f"{repo}:{filename}" if filename else repo
+    if isinstance(exc, LocalEntryNotFoundError) and isinstance(
+        exc.__cause__, HfHubHTTPError | FileMetadataError
+    ):
+        exc = exc.__cause__  # the hub wraps the server's answer in "not in the local cache either"
+    if isinstance(exc, GatedRepoError):
+        return f"{repo} is gated: accept its terms on the Hub, then log in with `hf auth login`"
+    if isinstance(exc, RepositoryNotFoundError):
+        return f"{repo}: no such repository on {endpoint} (or it is private: log in with `hf auth login`)"
+    if isinstance(exc, RevisionNotFoundError):
+        return f"{repo}: no such revision"
+    if isinstance(exc, FileMetadataError):
+        return (
+            f"cannot download {what}: {endpoint} does not answer like the Hugging Face Hub; check HF_ENDPOINT"
+        )
+    if isinstance(exc, LocalEntryNotFoundError):
+        cause = exc.__cause__ or exc.__context__
+        detail = _first_line(cause) if cause is not None else "no connection"
+        return f"cannot download {what}: {endpoint} is unreachable ({detail}); check the network and retry"
+    if isinstance(exc, EntryNotFoundError):
+        return f"{repo} has no file {filename!r}; run `localspec pull {repo}` to pick one"
+    if isinstance(exc, HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else "?"
+        return f"cannot download {what}: HTTP {status} from {endpoint}; retry later"
+    if isinstance(exc, OSError) or _is_network_error(exc):
+        return f"cannot download {what}: {_first_line(exc)}; check the network and retry"
+    return None
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    # huggingface_hub talks through httpx (or its httpx2 fork); match their error bases by module
+    # rather than importing a client this package does not otherwise need.
+    return any(cls.__module__.split(".")[0] in ("httpx", "httpx2") for cls in type(exc).__mro__)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

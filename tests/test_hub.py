@@ -1,0 +1,233 @@
+"""pull() against a local HTTP server that answers like the Hugging Face Hub, and the file choice rules.
+
+The server speaks the few endpoints `huggingface_hub` uses for a download: the tree
+listing (`/api/models/{repo}/tree/{rev}`) and HEAD/GET on `/{repo}/resolve/{rev}/{file}`
+with the X-Repo-Commit, ETag and Content-Length headers the client checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from click.testing import CliRunner
+
+from localspec.cli import cli
+from localspec.cli.models import format_bytes, format_params
+from localspec.errors import DownloadError, UserInputError
+from localspec.gguf_info import read_gguf_info
+from localspec.hub import choose_gguf, parse_spec, pull
+
+COMMIT = "a" * 40
+REPO = "acme/Tiny-GGUF"
+
+
+@dataclass
+class FakeHub:
+    """What the server holds and what it was asked."""
+
+    repos: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    requests: list[str] = field(default_factory=list)
+    fail_with: int | None = None
+    url: str = ""
+
+
+def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # keep pytest output clean
+            pass
+
+        def do_HEAD(self) -> None:
+            self._answer(body=False)
+
+        def do_GET(self) -> None:
+            self._answer(body=True)
+
+        def _answer(self, body: bool) -> None:
+            path = unquote(urlsplit(self.path).path)
+            hub.requests.append(f"{self.command} {path}")
+            if hub.fail_with is not None:
+                return self._send(hub.fail_with, b"server trouble", {})
+            if path.startswith("/api/models/"):
+                return self._tree(path.removeprefix("/api/models/"), body)
+            repo, sep, rest = path.lstrip("/").partition("/resolve/")
+            _revision, _, filename = rest.partition("/")
+            if not sep or repo not in hub.repos:
+                return self._send(404, b"", {"X-Error-Code": "RepoNotFound"}, body)
+            content = hub.repos[repo].get(filename)
+            if content is None:
+                return self._send(404, b"", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT}, body)
+            etag = hashlib.sha256(content).hexdigest()
+            self._send(200, content, {"X-Repo-Commit": COMMIT, "ETag": f'"{etag}"'}, body)
+
+        def _tree(self, rest: str, body: bool) -> None:
+            repo, _, _ = rest.partition("/tree/")
+            if repo not in hub.repos:
+                return self._send(404, b"", {"X-Error-Code": "RepoNotFound"}, body)
+            entries = [
+                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                for name, data in hub.repos[repo].items()
+            ]
+            self._send(200, json.dumps(entries).encode(), {"Content-Type": "application/json"}, body)
+
+        def _send(self, status: int, content: bytes, headers: dict[str, str], body: bool = True) -> None:
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            if body:
+                self.wfile.write(content)
+
+    return Handler
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_target: Path) -> Iterator[FakeHub]:
+    state = FakeHub()
+    state.repos[REPO] = {
+        "README.md": b"# tiny\n",
+        "tiny-Q8_0.gguf": b"GGUF-not-this-one",
+        "tiny-Q4_K_M.gguf": tiny_target.read_bytes(),
+        "mmproj-tiny-F16.gguf": b"GGUF-projector",
+    }
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", state.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_pull_chooses_q4_k_m(hub: FakeHub, tmp_path: Path, tiny_target: Path) -> None:
+    dest = tmp_path / "models"
+    path = pull(REPO, None, dest, progress=False)
+    assert path == dest / "tiny-Q4_K_M.gguf"
+    assert path.read_bytes() == tiny_target.read_bytes()
+    assert read_gguf_info(path).name == "tiny-target"
+    assert f"GET /api/models/{REPO}/tree/main" in hub.requests
+
+
+def test_pull_named_file_into_the_models_folder(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(tmp_path / "m"))
+    path = pull(REPO, "tiny-Q8_0.gguf", progress=False)
+    assert path == tmp_path / "m" / "tiny-Q8_0.gguf"
+    assert path.read_bytes() == b"GGUF-not-this-one"
+    assert not any("/tree/" in r for r in hub.requests)
+
+
+def test_pull_twice_downloads_once(hub: FakeHub, tmp_path: Path) -> None:
+    pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
+    pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
+    assert sum(r.startswith("GET /acme") for r in hub.requests) == 1
+
+
+def test_missing_file(hub: FakeHub, tmp_path: Path) -> None:
+    with pytest.raises(DownloadError, match=f"{REPO} has no file 'nope.gguf'"):
+        pull(REPO, "nope.gguf", tmp_path, progress=False)
+    assert not list(tmp_path.glob("*.gguf"))
+
+
+def test_missing_repository(hub: FakeHub, tmp_path: Path) -> None:
+    with pytest.raises(DownloadError, match="acme/absent: no such repository"):
+        pull("acme/absent", None, tmp_path, progress=False)
+    with pytest.raises(DownloadError, match="acme/absent: no such repository"):
+        pull("acme/absent", "x.gguf", tmp_path, progress=False)
+
+
+def test_http_error(hub: FakeHub, tmp_path: Path) -> None:
+    # 403 rather than 5xx: the hub client retries 5xx for ~20 s before giving up.
+    hub.fail_with = 403
+    with pytest.raises(DownloadError, match=f"cannot download {REPO}:tiny-Q4_K_M.gguf: HTTP 403 from"):
+        pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
+
+
+def test_not_a_hub(hub: FakeHub, tmp_path: Path) -> None:
+    hub.fail_with = 200  # answers, but without the hub's headers
+    with pytest.raises(DownloadError, match="does not answer like the Hugging Face Hub"):
+        pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
+
+
+@pytest.mark.slow  # the hub client retries a refused connection with backoff for ~20 s
+def test_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A port that was free a moment ago: connections are refused at once.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    port = server.server_address[1]
+    server.server_close()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    with pytest.raises(DownloadError, match=r"unreachable|check the network"):
+        pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
+
+
+def test_cli_pull(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(tmp_path / "m"))
+    result = CliRunner().invoke(cli, ["pull", REPO, "--quiet"])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "m" / "tiny-Q4_K_M.gguf"
+    info = read_gguf_info(path)
+    assert (
+        result.stdout
+        == f"{path}  (llama, {format_params(info.n_params)}, F32, {format_bytes(info.size_bytes)})\n"
+    )
+
+
+def test_cli_pull_errors_are_one_line(hub: FakeHub, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["pull", f"{REPO}:nope.gguf", "--dest", str(tmp_path)])
+    assert result.exit_code == 2
+    assert (
+        result.stderr == f"error: {REPO} has no file 'nope.gguf'; run `localspec pull {REPO}` to pick one\n"
+    )
+    result = CliRunner().invoke(cli, ["pull", "not a repo"])
+    assert (result.exit_code, result.stderr.count("\n")) == (2, 1)
+
+
+# Choosing the file and reading the spec: pure rules.
+
+
+@pytest.mark.parametrize(
+    ("files", "chosen"),
+    [
+        (["a-Q8_0.gguf", "a-Q4_K_M.gguf", "a-f16.gguf"], "a-Q4_K_M.gguf"),
+        (["a.Q4_K_M.gguf", "a.q4_k_m-imat.gguf"], "a.Q4_K_M.gguf"),
+        (["sub/a-q4_k_m.gguf", "README.md"], "sub/a-q4_k_m.gguf"),
+        (["a-Q8_0.gguf", "a-Q6_K.gguf"], "a-Q8_0.gguf"),
+        (["only-F16.gguf", "mmproj-F16.gguf"], "only-F16.gguf"),
+        (["a-Q4_K_M-00001-of-00002.gguf", "a-Q4_K_M-00002-of-00002.gguf"], "a-Q4_K_M-00001-of-00002.gguf"),
+    ],
+)
+def test_choose_gguf(files: list[str], chosen: str) -> None:
+    assert choose_gguf(files) == chosen
+
+
+def test_choose_gguf_refuses_to_guess() -> None:
+    with pytest.raises(DownloadError, match=r"holds no \.gguf"):
+        choose_gguf(["README.md", "model.safetensors"], "acme/x")
+    with pytest.raises(DownloadError, match=r"holds 2 \.gguf files"):
+        choose_gguf(["a-F16.gguf", "a-BF16.gguf"], "acme/x")
+
+
+def test_parse_spec() -> None:
+    assert parse_spec("acme/x") == ("acme/x", None)
+    assert parse_spec("acme/x-GGUF:sub/f.gguf") == ("acme/x-GGUF", "sub/f.gguf")
+    for bad in ("acme", "acme/x:", "a b/c", "https://huggingface.co/acme/x"):
+        with pytest.raises(UserInputError):
+            parse_spec(bad)
