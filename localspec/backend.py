@@ -63,6 +63,7 @@ class LoadOptions:
     gpu_layers: int | None = None
     kv_type: str = "f16"
     n_batch: int = 512
+    batch_invariant: bool = True
 
 
 def check_gguf_file(path: Path) -> None:
@@ -108,6 +109,7 @@ class LlamaModel:
         params = llama_cpp.llama_model_default_params()
         gpu = self.options.gpu_layers
         params.n_gpu_layers = (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
+        params.use_extra_bufts = not self.options.batch_invariant
         callback = None
         if progress is not None:
 
@@ -141,6 +143,8 @@ class LlamaModel:
         params.n_threads_batch = threads
         params.type_k = params.type_v = KV_TYPES[opts.kv_type]
         params.no_perf = True
+        if self.options.batch_invariant:
+            params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if not ctx:
             raise UnsupportedModelError(

@@ -21,7 +21,7 @@ from localspec.backend import LlamaModel, LoadOptions, gpu_offload_supported
 from localspec.drafters import Drafter, ModelDrafter, NgramDrafter
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.prompting import prompt_tokens
-from localspec.speculative import Generation, Policy, fixed_policy
+from localspec.speculative import FixedPolicy, Generation, Policy
 from localspec.types import GenerationRequest, GenerationResult, Method, TokenChunk
 
 log = logging.getLogger("localspec.engine")
@@ -273,17 +273,17 @@ class Engine:
         if method == "auto":
             method = self._auto_method()
         if method == "none":
-            return fixed_policy(None, 0), "none", None
+            return FixedPolicy(None, 0), "none", None
         if method == "layerskip":
             try:
-                return fixed_policy(self._layerskip(), k), method, None
+                return FixedPolicy(self._layerskip(), k), method, None
             except LocalspecError as exc:
-                return fixed_policy(None, 0), "none", f"layerskip unavailable: {exc.message}"
+                return FixedPolicy(None, 0), "none", f"layerskip unavailable: {exc.message}"
         drafter = self._drafters.get(method)
         if drafter is None:
             why = self.info.draft_error or "no draft model loaded (--draft FILE)"
-            return fixed_policy(None, 0), "none", f"{method} unavailable: {why}"
-        return fixed_policy(drafter, k), method, None
+            return FixedPolicy(None, 0), "none", f"{method} unavailable: {why}"
+        return FixedPolicy(drafter, k), method, None
 
     def _auto_method(self) -> Method:
         # Until the calibrating controller exists: a draft model pays where verifying k tokens

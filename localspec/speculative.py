@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -29,11 +30,9 @@ from localspec.textstream import TextStream
 from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
 
 # Logit gap under which a batched verify's argmax is re-decided by a single-token decode.
-# Batch-size rounding in llama.cpp's CPU kernels moves logits by well under this (measured in
-# docs/benchmarks.md); a real preference is almost always far larger.
-NEAR_TIE = 0.25
-
-Policy = Callable[["StepContext"], tuple[Drafter | None, int]]
+# Measured on Qwen2.5-Coder-1.5B Q4_K_M (CPU): batching moves the gap between the top two
+# logits by up to 0.59 (0.34 with weight repacking off); see docs/benchmarks.md.
+NEAR_TIE = 1.0
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,55 @@ class StepContext:
     step: int
 
 
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one step did, for policies that learn (acceptance by position, costs)."""
+
+    drafter: str | None
+    k: int
+    drafted: int
+    accepted: int
+    evidence: int
+    draft_s: float
+    target_s: float
+
+
+class Policy(Protocol):
+    """Chooses, before each step, which drafter runs and how many tokens it may draft."""
+
+    def choose(self, ctx: StepContext) -> tuple[Drafter | None, int]: ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...
+
+
+class FixedPolicy:
+    """Always draft k tokens with the same drafter (or never, for None)."""
+
+    def __init__(self, drafter: Drafter | None, k: int) -> None:
+        self.drafter = drafter
+        self.k = k if drafter is not None else 0
+
+    def choose(self, ctx: StepContext) -> tuple[Drafter | None, int]:
+        return self.drafter, self.k
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+
 @dataclass
 class _Step:
     new_tokens: list[int]
     from_draft: int
+
+
+@dataclass(frozen=True)
+class _Judgement:
+    """A verify's outcome: keep `keep` drafted tokens, then `next`; `judged` drafts were decided on."""
+
+    keep: int
+    next: int
+    judged: int
+    accepted: int
 
 
 class Generation:
@@ -108,14 +152,27 @@ class Generation:
         if room < 1:
             self.finish = "length"
             return _Step([], 0)
-        drafter, k = self.policy(StepContext(self.tokens, room, self.stats.steps))
+        drafter, k = self.policy.choose(StepContext(self.tokens, room, self.stats.steps))
         # Never draft past the context or past what max_tokens lets through (the step adds one more).
         k = min(k, room - 1, self.max_tokens - len(self.generated) - 1)
         draft = self._draft(drafter, k) if drafter is not None and k > 0 else Draft()
         self.stats.steps += 1
         name = drafter.name if drafter is not None and draft.tokens else "none"
         self.stats.method_steps[name] = self.stats.method_steps.get(name, 0) + 1
-        return self._verify(draft)
+        target_before = self.stats.target_s
+        step = self._verify(draft)
+        self.policy.observe(
+            StepOutcome(
+                drafter.name if drafter is not None else None,
+                k,
+                len(draft.tokens),
+                step.from_draft,
+                draft.evidence,
+                draft.seconds,
+                self.stats.target_s - target_before,
+            )
+        )
+        return step
 
     def _draft(self, drafter: Drafter, k: int) -> Draft:
         if id(drafter) not in self._drafters_started:
@@ -125,7 +182,7 @@ class Generation:
             draft = drafter.propose(self.tokens, k, self.params, self.rng)
         except Exception as exc:  # a failing draft must never lose the request
             self.stats.fallback_reason = f"{drafter.name} failed: {exc}"
-            self.policy = _no_draft
+            self.policy = FixedPolicy(None, 0)
             return Draft()
         self.stats.draft_s += draft.seconds
         return draft
@@ -137,43 +194,51 @@ class Generation:
         batch = [self.tokens[-1], *draft.tokens]
         self.stats.target_s += self.target.decode(batch, len(batch))
         if self.params.greedy:
-            n_acc, nxt = self._verify_greedy(draft.tokens, base)
+            verdict = self._verify_greedy(batch, base)
         else:
             rows = [probabilities(self.target.logits(i), self.params) for i in range(len(batch))]
-            verdict = rejection_sample(draft.tokens, draft.probs, rows, self.rng)
-            n_acc, nxt = verdict.n_accepted, verdict.next_token
-        # The target's cache now holds the last accepted token plus the whole draft; keep what was accepted.
-        self.target.truncate(base + 1 + n_acc)
-        self._count(draft.tokens, n_acc)
-        return _Step([*draft.tokens[:n_acc], nxt], n_acc)
+            sampled = rejection_sample(draft.tokens, draft.probs, rows, self.rng)
+            n = sampled.n_accepted
+            verdict = _Judgement(n, sampled.next_token, len(draft.tokens), n)
+        # The target's cache holds the last accepted token plus the draft; keep what was accepted.
+        self.target.truncate(base + 1 + verdict.keep)
+        self._count(verdict.judged, verdict.accepted)
+        return _Step([*draft.tokens[: verdict.keep], verdict.next], verdict.accepted)
 
-    def _verify_greedy(self, draft: Sequence[int], base: int) -> tuple[int, int]:
+    def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
+        draft = batch[1:]
         choices: list[int] = []
-        for i in range(len(draft) + 1):
+        for i in range(len(batch)):
             row = self.target.logits(i)
             choice = int(row.argmax())
-            if len(draft) > 0 and _near_tie(row, choice):
-                # Decide this position as the target alone would: a decode of one token.
-                self.target.truncate(base + i)
-                self.stats.target_s += self.target.decode([([self.tokens[-1], *draft])[i]], 1)
-                self.stats.redecided += 1
-                return i, int(self.target.logits(-1).argmax())
+            if len(batch) > 1 and _near_tie(row, choice):
+                return self._redecide(batch, base, i)
             choices.append(choice)
             if i < len(draft) and draft[i] != choice:
                 break
         n_acc = greedy_accept(draft, choices)
-        return n_acc, choices[n_acc]
+        return _Judgement(n_acc, choices[n_acc], len(draft), n_acc)
+
+    def _redecide(self, batch: Sequence[int], base: int, i: int) -> _Judgement:
+        """Decide position i as the target alone would, with a one-token decode; the step ends there."""
+        self.target.truncate(base + i)
+        self.stats.target_s += self.target.decode([batch[i]], 1)
+        self.stats.redecided += 1
+        choice = int(self.target.logits(-1).argmax())
+        draft = batch[1:]
+        judged = min(i + 1, len(draft))
+        return _Judgement(i, choice, judged, i + int(i < len(draft) and draft[i] == choice))
 
     def _pick(self, logits: npt.NDArray[np.float32]) -> int:
         if self.params.greedy:
             return int(logits.argmax())
         return sample(probabilities(logits, self.params), self.rng)
 
-    def _count(self, draft: Sequence[int], n_acc: int) -> None:
+    def _count(self, judged: int, n_acc: int) -> None:
         st = self.stats
-        st.drafted += len(draft)
+        st.drafted += judged
         st.accepted += n_acc
-        for pos in range(len(draft)):
+        for pos in range(judged):
             if pos >= len(st.drafted_by_position):
                 st.drafted_by_position.append(0)
                 st.accepted_by_position.append(0)
@@ -218,10 +283,6 @@ class Generation:
         self.result = GenerationResult(self.stream.text, tuple(self.generated), self.finish or "stop", st)
 
 
-def _no_draft(_ctx: StepContext) -> tuple[Drafter | None, int]:
-    return None, 0
-
-
 def _near_tie(row: npt.NDArray[np.float32], choice: int) -> bool:
     # Second-best without a sort: mask the winner for one max() (row is llama.cpp's buffer; restored).
     best = float(row[choice])
@@ -229,12 +290,3 @@ def _near_tie(row: npt.NDArray[np.float32], choice: int) -> bool:
     second = float(row.max())
     row[choice] = best
     return best - second < NEAR_TIE
-
-
-def fixed_policy(drafter: Drafter | None, k: int) -> Policy:
-    """Always draft k tokens with the same drafter (or never, for None)."""
-
-    def policy(_ctx: StepContext) -> tuple[Drafter | None, int]:
-        return drafter, k
-
-    return policy

@@ -1,0 +1,296 @@
+"""The engine against real llama.cpp on tiny models: lossless for every method, and every edge.
+
+Greedy output must be token-identical to `none`; sampled output must follow the
+target's distribution (chi-square against `none`); failures must cost nothing but speed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from localspec.backend import LlamaModel, LoadOptions
+from localspec.drafters import Draft
+from localspec.engine import Engine, EngineConfig
+from localspec.errors import ContextOverflowError
+from localspec.speculative import FixedPolicy, Generation
+from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
+
+PROMPTS = [
+    "the cat sat on",
+    "def add(a, b):\n    return",
+    "one two three one two",
+    "hello world",
+    "import numpy as np\n",
+    "the quick brown fox jumps over the lazy dog",
+    "a b c d e f g",
+    "for i in range(10):",
+    "class Foo:\n    def",
+    "let us write some code",
+]
+# Tiny models run far faster on one thread, and stay fast while other tests load the CPU.
+TINY = LoadOptions(n_ctx=1024, n_threads=1)
+
+
+def make_engine(target: Path, draft: Path | None = None, load: LoadOptions = TINY) -> Engine:
+    engine = Engine(EngineConfig(target=target, draft=draft, load=load))
+    engine.wait_ready()
+    return engine
+
+
+def run(engine: Engine, prompt: str, method: Method, k: int = 4, **kw: object) -> GenerationResult:
+    request = GenerationRequest(prompt=prompt, speculative=SpecParams(method, k), **kw)  # type: ignore[arg-type]
+    return engine.generate(request)
+
+
+@pytest.fixture(scope="module")
+def perfect(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
+    with make_engine(tiny_target, tiny_perfect_draft) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def related(tiny_target: Path, tiny_related_draft: Path) -> Iterator[Engine]:
+    with make_engine(tiny_target, tiny_related_draft) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def useless(tiny_target: Path, tiny_useless_draft: Path) -> Iterator[Engine]:
+    with make_engine(tiny_target, tiny_useless_draft) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("drafts", ["perfect", "related", "useless"])
+@pytest.mark.parametrize("method", ["draft", "ngram", "layerskip", "auto"])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_is_token_identical_to_none(
+    request: pytest.FixtureRequest, drafts: str, method: Method, k: int
+) -> None:
+    engine: Engine = request.getfixturevalue(drafts)
+    for prompt in PROMPTS:
+        base = run(engine, prompt, "none", max_tokens=64)
+        spec = run(engine, prompt, method, k, max_tokens=64)
+        assert spec.token_ids == base.token_ids, prompt
+        assert spec.text == base.text
+        assert spec.finish_reason == base.finish_reason
+        assert spec.stats.fallback_reason is None
+
+
+def test_drafts_really_run_and_acceptance_tracks_draft_quality(
+    perfect: Engine, related: Engine, useless: Engine
+) -> None:
+    rates = {}
+    for name, engine in [("perfect", perfect), ("related", related), ("useless", useless)]:
+        drafted = accepted = 0
+        for prompt in PROMPTS:
+            stats = run(engine, prompt, "draft", 4, max_tokens=48).stats
+            drafted += stats.drafted
+            accepted += stats.accepted
+            assert sum(stats.drafted_by_position) == stats.drafted
+            assert sum(stats.accepted_by_position) == stats.accepted
+        rates[name] = accepted / drafted
+    assert rates["perfect"] == 1.0
+    assert 0.3 < rates["related"] < 0.95
+    assert rates["useless"] < 0.1
+
+
+def test_eos_inside_the_draft(perfect: Engine) -> None:
+    stopped = 0
+    for prompt in PROMPTS:
+        base = run(perfect, prompt, "none", max_tokens=400)
+        if base.finish_reason == "stop":
+            stopped += 1
+        for k in (2, 5, 8):
+            spec = run(perfect, prompt, "draft", k, max_tokens=400)
+            assert (spec.token_ids, spec.finish_reason) == (base.token_ids, base.finish_reason)
+    assert stopped >= 3  # the edge case was really exercised
+
+
+def test_stop_string_inside_the_draft(perfect: Engine, related: Engine) -> None:
+    for prompt in PROMPTS[:6]:
+        full = run(perfect, prompt, "none", max_tokens=64).text
+        stop = full[20:23]
+        assert len(stop) == 3
+        base = run(perfect, prompt, "none", max_tokens=64, stop=(stop,))
+        assert base.text == full[: full.index(stop)]
+        assert base.finish_reason == "stop"
+        for engine, method in [(perfect, "draft"), (related, "draft"), (perfect, "ngram")]:
+            spec = run(engine, prompt, method, 5, max_tokens=64, stop=(stop,))  # type: ignore[arg-type]
+            assert (spec.text, spec.finish_reason) == (base.text, "stop")
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3, 4, 5, 6, 7])
+def test_max_tokens_reached_mid_draft(perfect: Engine, max_tokens: int) -> None:
+    prompt = "let us write some code"
+    base = run(perfect, prompt, "none", max_tokens=max_tokens)
+    assert len(base.token_ids) == max_tokens and base.finish_reason == "length"
+    for k in (3, 4, 8):
+        spec = run(perfect, prompt, "draft", k, max_tokens=max_tokens)
+        assert spec.token_ids == base.token_ids
+        assert spec.finish_reason == "length"
+
+
+def test_context_limit_reached_inside_the_draft(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    small = LoadOptions(n_ctx=256, n_threads=1)
+    with make_engine(tiny_target, tiny_perfect_draft, small) as engine:
+        prompt = "let us write some code " * 20
+        base = run(engine, prompt, "none", max_tokens=500)
+        assert base.finish_reason == "length"
+        # Every position of the context is used; the last token is sampled, never decoded.
+        assert base.stats.prompt_tokens + len(base.token_ids) == engine.info.n_ctx + 1
+        for method in ("draft", "ngram"):
+            for k in (3, 7):
+                spec = run(engine, prompt, method, k, max_tokens=500)
+                assert (spec.token_ids, spec.finish_reason) == (base.token_ids, "length")
+
+
+def test_prompt_longer_than_the_context_is_refused_with_both_numbers(tiny_target: Path) -> None:
+    with make_engine(tiny_target, load=LoadOptions(n_ctx=256, n_threads=1)) as engine:
+        with pytest.raises(ContextOverflowError) as err:
+            run(engine, "word " * 400, "none")
+        assert err.value.n_ctx == engine.info.n_ctx and err.value.n_prompt > engine.info.n_ctx
+        assert str(err.value.n_ctx) in err.value.message and str(err.value.n_prompt) in err.value.message
+        assert run(engine, "hello", "none", max_tokens=4).token_ids  # still serving
+
+
+def test_seed_reproduces_sampled_output(related: Engine) -> None:
+    def sampled(method: Method, seed: int) -> tuple[int, ...]:
+        params = SamplingParams(temperature=0.9, top_p=0.95, seed=seed)
+        return run(related, "hello world", method, 4, max_tokens=32, sampling=params).token_ids
+
+    for method in ("none", "draft", "ngram"):
+        assert sampled(method, 7) == sampled(method, 7)
+    assert len({sampled("draft", seed) for seed in range(5)}) > 1
+
+
+def _second_and_third(engine: Engine, method: Method, n: int) -> tuple[Counter[int], Counter[int]]:
+    second: Counter[int] = Counter()
+    third: Counter[int] = Counter()
+    for seed in range(n):
+        params = SamplingParams(temperature=1.0, seed=seed + (0 if method == "none" else 10**6))
+        ids = run(engine, "the cat sat on", method, 3, max_tokens=3, sampling=params).token_ids
+        if len(ids) == 3:
+            second[ids[1]] += 1
+            third[ids[2]] += 1
+    return second, third
+
+
+def _same_distribution(a: Counter[int], b: Counter[int]) -> float:
+    keys = sorted(set(a) | set(b))
+    table = np.array([[a[k] for k in keys], [b[k] for k in keys]], dtype=float)
+    # Pool rare categories so every expected count is large enough for chi-square.
+    common = table.sum(axis=0) >= 20
+    pooled = np.column_stack([table[:, common], table[:, ~common].sum(axis=1)])
+    pooled = pooled[:, pooled.sum(axis=0) > 0]
+    return float(stats.chi2_contingency(pooled).pvalue)
+
+
+@pytest.mark.parametrize("method", ["draft", "ngram"])
+def test_sampled_tokens_follow_the_target_distribution(related: Engine, method: Method) -> None:
+    base = _second_and_third(related, "none", 2000)
+    spec = _second_and_third(related, method, 2000)
+    for a, b in zip(base, spec, strict=True):
+        assert sum(b.values()) > 1500
+        assert _same_distribution(a, b) > 1e-3
+
+
+def test_sampled_drafts_are_really_verified(related: Engine) -> None:
+    params = SamplingParams(temperature=1.0, seed=1)
+    stats_ = run(related, "hello world", "draft", 4, max_tokens=64, sampling=params).stats
+    assert stats_.drafted > 0 and 0 < stats_.accepted < stats_.drafted
+
+
+def test_cancel_from_another_thread_stops_within_a_step(tiny_target: Path) -> None:
+    with make_engine(tiny_target, load=LoadOptions(n_ctx=4096, n_threads=1)) as engine:
+        handle = engine.submit(GenerationRequest(prompt="if x > 0:\n    print(x)\nelse:", max_tokens=4000))
+        chunks = iter(handle)
+        next(chunks)
+        threading.Thread(target=handle.cancel).start()
+        rest = list(chunks)
+        assert handle.result is not None
+        assert handle.result.finish_reason == "cancelled"
+        assert len(handle.result.token_ids) < 4000
+        assert len(rest) < 3000
+        assert len(run(engine, "hello world", "none", max_tokens=4).token_ids) == 4
+
+
+def test_mismatched_draft_is_refused_and_the_target_serves_alone(
+    tiny_target: Path, tiny_other_vocab: Path
+) -> None:
+    with make_engine(tiny_target, tiny_other_vocab) as engine:
+        assert engine.info.draft_error is not None
+        assert "cannot speculate" in engine.info.draft_error
+        base = run(engine, "hello world", "none", max_tokens=32)
+        spec = run(engine, "hello world", "draft", 4, max_tokens=32)
+        assert spec.token_ids == base.token_ids
+        assert spec.stats.fallback_reason is not None
+        assert "draft unavailable" in spec.stats.fallback_reason
+
+
+def test_draft_that_cannot_load_leaves_the_target_serving(tiny_target: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(tiny_target.read_bytes()[:5000])
+    with make_engine(tiny_target, broken) as engine:
+        assert engine.info.draft_error
+        result = run(engine, "hello world", "draft", 4, max_tokens=16)
+        assert len(result.token_ids) == 16
+        assert result.stats.method == "none"
+
+
+class _FailingDrafter:
+    """Wraps a real drafter and raises on its third proposal, as a crashing draft would."""
+
+    name = "draft"
+
+    def __init__(self, model: LlamaModel) -> None:
+        from localspec.drafters import ModelDrafter
+
+        self.inner = ModelDrafter(model)
+        self.calls = 0
+
+    def start(self, prompt: list[int]) -> None:
+        self.inner.start(prompt)
+
+    def propose(self, tokens: list[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("draft model crashed")
+        return self.inner.propose(tokens, k, params, rng)
+
+
+def test_draft_failing_mid_generation_falls_back_to_the_target(
+    tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
+    target = LlamaModel(tiny_target, TINY)
+    draft = LlamaModel(tiny_perfect_draft, TINY)
+    prompt = target.tokenize("let us write some code")
+
+    def generate(policy: FixedPolicy) -> Generation:
+        gen = Generation(
+            target,
+            prompt,
+            max_tokens=64,
+            params=SamplingParams(),
+            stop=(),
+            policy=policy,
+            method="draft",
+            k=4,
+        )
+        list(gen.run())
+        return gen
+
+    base = generate(FixedPolicy(None, 0))
+    failing = generate(FixedPolicy(_FailingDrafter(draft), 4))  # type: ignore[arg-type]
+    assert failing.result is not None and base.result is not None
+    assert failing.result.token_ids == base.result.token_ids
+    assert failing.stats.fallback_reason == "draft failed: draft model crashed"
+    assert failing.stats.drafted > 0
+    target.close()
+    draft.close()
