@@ -1,0 +1,115 @@
+"""Shared fixtures: an isolated LOCALSPEC_HOME, the tiny models, the real models.
+
+The tiny models are written once per session (a few hundred KB each, milliseconds
+to write). The real models come from the models folder, where
+`scripts/fetch-models` puts them; a missing one fails the test rather than
+skipping it, because CI fetches them first and a skip would hide that it did not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tinymodels
+
+from localspec.catalog import load_catalog
+from localspec.paths import Paths
+
+# The environment as the session found it, before any test moves LOCALSPEC_HOME:
+# outside a checkout the models folder lives under the home, and the temporary home
+# of a test must not hide it.
+_SESSION_ENV = dict(os.environ)
+
+
+@pytest.fixture(autouse=True)
+def localspec_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A fresh LOCALSPEC_HOME per test, and no LOCALSPEC_* settings leaking in from the shell."""
+    for name in list(os.environ):
+        if name.startswith("LOCALSPEC_") and name != "LOCALSPEC_MODELS":
+            monkeypatch.delenv(name)
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("LOCALSPEC_HOME", str(home))
+    yield home
+
+
+# Tiny models, written by the tests (see tinymodels.py).
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny-models")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_dir: Path) -> Path:
+    """The tiny target model."""
+    return tinymodels.write_target(tiny_dir / "tiny-target.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_perfect_draft(tiny_dir: Path) -> Path:
+    """The target's weights in another file: drafts are always accepted."""
+    return tinymodels.write_perfect_draft(tiny_dir / "tiny-perfect-draft.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_useless_draft(tiny_dir: Path) -> Path:
+    """Same vocabulary, unrelated weights: drafts are almost never accepted (~1%)."""
+    return tinymodels.write_useless_draft(tiny_dir / "tiny-useless-draft.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_related_draft(tiny_dir: Path) -> Path:
+    """The target plus noise: about two drafts in three are accepted."""
+    return tinymodels.write_related_draft(tiny_dir / "tiny-related-draft.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_other_vocab(tiny_dir: Path) -> Path:
+    """A model whose vocabulary differs from the target's."""
+    return tinymodels.write_other_vocab(tiny_dir / "tiny-other-vocab.gguf")
+
+
+# Real models from the models folder.
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    """The models folder as the session's environment names it (LOCALSPEC_MODELS or the checkout's)."""
+    return Paths.from_env(_SESSION_ENV).models_dir
+
+
+def _real_model(models_dir: Path, name: str) -> Path:
+    path = models_dir / load_catalog().get(name).file
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run scripts/fetch-models", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def qwen_target(models_dir: Path) -> Path:
+    """Qwen2.5-Coder 1.5B Instruct, Q4_K_M: the default target."""
+    return _real_model(models_dir, "qwen2.5-coder-1.5b-instruct-q4_k_m")
+
+
+@pytest.fixture(scope="session")
+def qwen_draft(models_dir: Path) -> Path:
+    """Qwen2.5-Coder 0.5B Instruct, Q4_K_M: the default draft for qwen_target."""
+    return _real_model(models_dir, "qwen2.5-coder-0.5b-instruct-q4_k_m")
+
+
+@pytest.fixture(scope="session")
+def gemma(models_dir: Path) -> Path:
+    """Gemma 3 270M, Q4_K_M: a vocabulary unlike Qwen's."""
+    return _real_model(models_dir, "gemma-3-270m-q4_k_m")
+
+
+@pytest.fixture(scope="session")
+def smollm(models_dir: Path) -> Path:
+    """SmolLM2 135M Instruct, Q4_1: another vocabulary unlike Qwen's."""
+    return _real_model(models_dir, "smollm2-135m-instruct-q4_1")
