@@ -34,10 +34,20 @@ ProgressFn = Callable[[float], None]
 _backend_ready = False
 
 
+@llama_cpp.llama_log_callback
+def _quiet_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    # llama.cpp logs loader chatter (and model quirks it fixes itself) at every level; people see
+    # errors through localspec's own messages instead. LOCALSPEC_LLAMA_VERBOSE=1 shows the log.
+    return None
+
+
 def _init_backend() -> None:
     global _backend_ready
     if not _backend_ready:
-        llama_logger.set_verbose(bool(os.environ.get("LOCALSPEC_LLAMA_VERBOSE")))
+        if os.environ.get("LOCALSPEC_LLAMA_VERBOSE"):
+            llama_logger.set_verbose(True)
+        else:
+            llama_cpp.llama_log_set(_quiet_log, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
         _backend_ready = True
 
@@ -112,6 +122,7 @@ class LlamaModel:
         params.use_extra_bufts = not self.options.batch_invariant
         callback = None
         if progress is not None:
+            progress(0.0)
 
             def on_progress(value: float, _user: ctypes.c_void_p) -> bool:
                 progress(float(value))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-
-with contextlib.suppress(ImportError):  # TEMP until the models commands land
-    from localspec.cli import models as _models  # noqa: F401  (registers commands)
+# Importing a command module registers its commands on `cli`.
+from localspec.cli import generate as _generate  # noqa: F401
+from localspec.cli import models as _models  # noqa: F401
 from localspec.cli.app import cli
 
 

@@ -1,0 +1,104 @@
+"""Run every method on every prompt and compare each with `none`: speed, acceptance, identity.
+
+A benchmark, not a test: numbers depend on the machine. Runs are sequential on
+one engine, `none` first for each prompt, so every method sees the same warm
+caches; `repeat` > 1 keeps the fastest run of each.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from localspec.engine import Engine
+from localspec.errors import UserInputError
+from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Method, SpecParams
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    tokens_per_second: float
+    speedup_vs_none: float
+    acceptance_rate: float
+    identical_to_none: bool
+    tokens: int
+    drafted: int
+    accepted: int
+    mean_accepted_length: float
+    redecided: int
+    python_share: float
+    method_steps: dict[str, int]
+    fallback_reason: str | None
+
+
+def load_prompts(path: Path) -> dict[str, str]:
+    """A JSON object mapping prompt names to user messages."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"cannot read prompts file {path}: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise UserInputError(f"{path} must be a JSON object mapping names to prompt strings")
+    return data
+
+
+def run_bench(
+    engine: Engine,
+    prompts: Mapping[str, str],
+    methods: Sequence[Method],
+    *,
+    max_tokens: int,
+    k: int,
+    repeat: int = 1,
+    on_run: Callable[[str, str], None] | None = None,
+) -> dict[str, dict[str, BenchRow]]:
+    """{prompt name: {method: row}}; `none` is always run first as the reference."""
+    report: dict[str, dict[str, BenchRow]] = {}
+    ordered = ["none", *[m for m in methods if m != "none"]]
+    for name, text in prompts.items():
+        request = GenerationRequest(messages=(ChatMessage("user", text),), max_tokens=max_tokens)
+        results: dict[str, GenerationResult] = {}
+        for method in ordered:
+            if on_run is not None:
+                on_run(name, method)
+            results[method] = _fastest(engine, request, method, k, repeat)  # type: ignore[arg-type]
+        base = results["none"]
+        report[name] = {m: _row(results[m], base) for m in ordered if m in methods or m == "none"}
+    return report
+
+
+def _fastest(
+    engine: Engine, request: GenerationRequest, method: Method, k: int, repeat: int
+) -> GenerationResult:
+    spec = GenerationRequest(
+        messages=request.messages, max_tokens=request.max_tokens, speculative=SpecParams(method, k)
+    )
+    runs = [engine.generate(spec) for _ in range(max(1, repeat))]
+    return max(runs, key=lambda r: r.stats.tokens_per_second)
+
+
+def _row(result: GenerationResult, base: GenerationResult) -> BenchRow:
+    st = result.stats
+    speed = st.tokens_per_second
+    return BenchRow(
+        tokens_per_second=round(speed, 2),
+        speedup_vs_none=round(speed / base.stats.tokens_per_second, 3)
+        if base.stats.tokens_per_second
+        else 0.0,
+        acceptance_rate=round(st.acceptance_rate, 3),
+        identical_to_none=result.token_ids == base.token_ids,
+        tokens=st.tokens,
+        drafted=st.drafted,
+        accepted=st.accepted,
+        mean_accepted_length=round(st.mean_accepted_length, 2),
+        redecided=st.redecided,
+        python_share=round(st.python_s / st.elapsed_s, 4) if st.elapsed_s else 0.0,
+        method_steps=dict(st.method_steps),
+        fallback_reason=st.fallback_reason,
+    )
+
+
+def report_json(report: Mapping[str, Mapping[str, BenchRow]]) -> dict[str, dict[str, dict[str, object]]]:
+    return {name: {m: asdict(row) for m, row in rows.items()} for name, rows in report.items()}

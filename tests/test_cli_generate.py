@@ -1,0 +1,142 @@
+"""`localspec generate` and `localspec bench` driven through click on the tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from localspec.cli import cli
+
+ONE_THREAD = ["--threads", "1", "--ctx", "512"]
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_generate_streams_text_and_prints_stats(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    code, out, err = invoke(
+        "generate",
+        "hello world",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        str(tiny_perfect_draft),
+        "--method",
+        "draft",
+        "--max-tokens",
+        "24",
+        *ONE_THREAD,
+    )
+    assert code == 0, err
+    assert out.strip()
+    stats_line = err.strip().splitlines()[-1]
+    assert "tok/s" in stats_line and "method draft" in stats_line and "accepted" in stats_line
+
+
+def test_generate_json_has_text_tokens_and_stats(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    args = [
+        "generate",
+        "hello world",
+        "--target",
+        str(tiny_target),
+        "--max-tokens",
+        "16",
+        "--json",
+        *ONE_THREAD,
+    ]
+    code, out, _ = invoke(*args, "--method", "none")
+    base = json.loads(out)
+    code2, out2, _ = invoke(*args, "--draft", str(tiny_perfect_draft), "--method", "draft", "-k", "3")
+    spec = json.loads(out2)
+    assert code == code2 == 0
+    assert spec["tokens"] == base["tokens"] and spec["text"] == base["text"]
+    for key in ("tokens_per_second", "ttft_s", "method", "drafted", "accepted", "acceptance_rate"):
+        assert key in spec["stats"]
+    assert spec["stats"]["method"] == "draft" and spec["stats"]["acceptance_rate"] == 1.0
+
+
+def test_generate_sampling_is_reproducible_with_a_seed(tiny_target: Path) -> None:
+    args = [
+        "generate",
+        "hello",
+        "--target",
+        str(tiny_target),
+        "--temperature",
+        "0.8",
+        "--seed",
+        "5",
+        "--max-tokens",
+        "16",
+        "--json",
+        *ONE_THREAD,
+    ]
+    assert json.loads(invoke(*args)[1])["tokens"] == json.loads(invoke(*args)[1])["tokens"]
+
+
+@pytest.mark.parametrize(
+    ("make", "expect"),
+    [
+        (lambda d: d / "missing.gguf", "not found"),
+        (lambda d: d, "directory"),
+        (lambda d: _write(d / "notes.gguf", b"hello, not a model"), "not a GGUF"),
+    ],
+)
+def test_bad_target_is_one_line_and_exit_2(tmp_path: Path, make: object, expect: str) -> None:
+    path = make(tmp_path)  # type: ignore[operator]
+    code, out, err = invoke("generate", "hi", "--target", str(path), *ONE_THREAD)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and expect in err
+    assert "Traceback" not in err + out
+
+
+def test_truncated_target_is_refused_cleanly(tmp_path: Path, tiny_target: Path) -> None:
+    truncated = _write(tmp_path / "cut.gguf", tiny_target.read_bytes()[:40_000])
+    code, out, err = invoke("generate", "hi", "--target", str(truncated), *ONE_THREAD)
+    assert code == 2 and err.startswith("error: ") and "Traceback" not in err + out
+
+
+def test_bench_compares_every_method_with_none(
+    tmp_path: Path, tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
+    prompts = _write(tmp_path / "p.json", json.dumps({"a": "hello world", "b": "def add(a, b):"}).encode())
+    code, out, err = invoke(
+        "bench",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        str(tiny_perfect_draft),
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        "24",
+        "--methods",
+        "draft,ngram",
+        "--json",
+        *ONE_THREAD,
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert set(report) == {"a", "b"}
+    for rows in report.values():
+        assert set(rows) == {"none", "draft", "ngram"}
+        for row in rows.values():
+            assert row["identical_to_none"] is True
+            for key in ("tokens_per_second", "speedup_vs_none", "acceptance_rate"):
+                assert key in row
+        assert rows["none"]["speedup_vs_none"] == 1.0
+        assert rows["draft"]["acceptance_rate"] == 1.0
+
+
+def test_bench_rejects_an_unknown_method(tiny_target: Path) -> None:
+    code, _, err = invoke("bench", "--target", str(tiny_target), "--methods", "draft,magic", *ONE_THREAD)
+    assert code == 2 and "magic" in err
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
