@@ -66,14 +66,18 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How to load one model. gpu_layers: None = all when offload is supported, -1 = all, 0 = CPU."""
+    """How to load one model. gpu_layers: None = all when offload is supported, -1 = all, 0 = CPU.
+
+    batch_invariant turns off weight repacking and forces flash attention, which makes small
+    batched verifies round like one-token decoding on the CPU (scripts/batch_rounding.py).
+    """
 
     n_ctx: int = 4096
     n_threads: int | None = None
     gpu_layers: int | None = None
     kv_type: str = "f16"
     n_batch: int = 512
-    batch_invariant: bool = True
+    batch_invariant: bool = False
 
 
 def check_gguf_file(path: Path) -> None:
