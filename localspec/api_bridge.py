@@ -1,0 +1,282 @@
+"""Between the blocking engine and the async routes: shared server state, runs, and responses.
+
+The engine's worker thread delivers each request's events to its Handle, whose
+`next_event()` blocks. One small pump thread per request moves those events
+onto the event loop with `call_soon_threadsafe` (tens of microseconds a token),
+so the loop never waits on the engine. A run also watches its connection: when
+the client goes away, the handle is cancelled and the engine stops that
+generation within one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from localspec import __version__
+from localspec.api_security import DEFAULT_MAX_BODY_BYTES
+from localspec.engine import Engine, Event, Handle
+from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError, OverloadedError
+from localspec.gguf_info import GGUFInfo
+from localspec.metrics import Metrics
+from localspec.types import GenerationRequest, GenerationResult, GenerationStats, SpecParams, TokenChunk
+
+RETRY_AFTER_S = 2
+MODEL_ALIAS = "localspec"
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """How the API behaves, fixed when the daemon starts."""
+
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    alias: str = MODEL_ALIAS
+
+
+class ServerState:
+    """What every route shares: the engine, request defaults, metrics and the runs in flight."""
+
+    def __init__(self, engine: Engine, config: ApiConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.metrics = Metrics()
+        self.started = time.time()
+        self.spec_default = SpecParams(method=engine.config.method, k=engine.config.k)
+        self.active: set[Handle] = set()
+        self.shutting_down = False
+        self._gguf_info: GGUFInfo | None = None
+
+    @property
+    def model_name(self) -> str:
+        return self.engine.config.target.stem
+
+    @property
+    def unlimited(self) -> int:
+        """max_tokens for "until the context is full": the engine stops at the context's end."""
+        return max(1, self.engine.info.n_ctx or self.engine.config.load.n_ctx)
+
+    def resolve_model(self, name: str) -> str:
+        """The served model's name for a requested one. Names are compared, never opened as paths."""
+        base = name.removesuffix(":latest")
+        if base in (self.model_name, self.engine.config.target.name, self.config.alias):
+            return self.model_name
+        served = f"{self.model_name!r} (alias {self.config.alias!r})"
+        raise ModelNotFoundError(f"model {name!r} is not loaded; this daemon serves {served}", param="model")
+
+    def gguf_info(self) -> GGUFInfo:
+        """The target's header, read once (blocking: call it off the event loop)."""
+        if self._gguf_info is None:
+            from localspec.gguf_info import read_gguf_info
+            from localspec.paths import Paths
+
+            self._gguf_info = read_gguf_info(self.engine.config.target, cache_dir=Paths.from_env().cache_dir)
+        return self._gguf_info
+
+    def health(self) -> dict[str, Any]:
+        info = self.engine.info
+        body: dict[str, Any] = {"status": info.status, "version": __version__}
+        if info.status == "failed":
+            body["error"] = info.error
+        if info.status != "ready":
+            return body
+        return body | {
+            "model": self.model_name,
+            "target": info.target,
+            "draft": info.draft if info.draft_error is None else None,
+            "draft_error": info.draft_error,
+            "methods": info.methods,
+            "method": self.spec_default.method,
+            "k": self.spec_default.k,
+            "n_ctx": info.n_ctx,
+            "gpu_offload": info.gpu_offload,
+            "queue_depth": self.engine.queue_depth,
+            "in_flight": len(self.active),
+            "uptime_s": round(time.time() - self.started, 3),
+        }
+
+    def cancel_all(self) -> None:
+        """Shutting down: every run ends within one engine step. Safe from a signal handler."""
+        self.shutting_down = True
+        for handle in list(self.active):
+            handle.cancel()
+
+    async def start(self, request: Request, greq: GenerationRequest) -> Run:
+        if self.shutting_down:
+            raise DaemonError("the daemon is shutting down; retry once it is back")
+        handle = self.engine.submit(greq)  # OverloadedError when the queue is full
+        self.active.add(handle)
+        return Run(self, handle, request)
+
+
+class Run:
+    """One request's generation as an async source of events, cancelled when its client leaves."""
+
+    def __init__(self, state: ServerState, handle: Handle, request: Request) -> None:
+        self.state = state
+        self.handle = handle
+        self._loop = asyncio.get_running_loop()
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        threading.Thread(target=self._pump, name="localspec-bridge", daemon=True).start()
+        self._watcher = asyncio.create_task(self._cancel_on_disconnect(request))
+
+    def _pump(self) -> None:
+        while True:
+            event = self.handle.next_event()
+            try:
+                self._loop.call_soon_threadsafe(self._deliver, event)
+            except RuntimeError:  # the loop is closed: the daemon is exiting
+                return
+            if not isinstance(event, TokenChunk):
+                return
+
+    def _deliver(self, event: Event) -> None:
+        # Counted here, not where the route reads it: a run whose client left is read by nobody.
+        if isinstance(event, GenerationResult):
+            self.state.metrics.finished(event.finish_reason, event.stats)
+        elif isinstance(event, LocalspecError):
+            self.state.metrics.failed()
+        self._events.put_nowait(event)
+
+    async def _cancel_on_disconnect(self, request: Request) -> None:
+        # The body has been read, so the next message uvicorn delivers is the disconnect.
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        self.handle.cancel()
+
+    def settle(self, event: Event) -> TokenChunk | GenerationResult:
+        """A chunk or the result as is; an error (or a stop for shutdown) raised."""
+        if isinstance(event, TokenChunk):
+            return event
+        stopped = isinstance(event, LocalspecError) or event.finish_reason == "cancelled"
+        if stopped and self.state.shutting_down:
+            raise DaemonError("the daemon is shutting down; the generation was stopped")
+        if isinstance(event, LocalspecError):
+            raise event
+        return event  # a "cancelled" result only reaches a client that has left
+
+    async def next_raw(self) -> Event:
+        """The next event as the engine sent it (errors returned, not raised)."""
+        return await self._events.get()
+
+    async def next(self) -> TokenChunk | GenerationResult:
+        """The next chunk, or the result at the end; errors are raised."""
+        return self.settle(await self.next_raw())
+
+    def ready(self) -> list[Event]:
+        """The events already delivered, unsettled, without waiting."""
+        out: list[Event] = []
+        while not self._events.empty():
+            out.append(self._events.get_nowait())
+        return out
+
+    async def collect(self) -> GenerationResult:
+        while not isinstance(event := await self.next(), GenerationResult):
+            pass
+        return event
+
+    def close(self) -> None:
+        """Idempotent; cancelling a finished handle does nothing."""
+        self.handle.cancel()
+        self._watcher.cancel()
+        self.state.active.discard(self.handle)
+
+
+class Format(Protocol):
+    """How one API shapes a generation: streamed frames and the whole body."""
+
+    media_type: str
+
+    def chunk(self, chunk: TokenChunk) -> bytes: ...
+
+    def final(self, result: GenerationResult) -> bytes: ...
+
+    def error(self, exc: LocalspecError) -> bytes: ...
+
+    def whole(self, result: GenerationResult) -> dict[str, Any]: ...
+
+
+async def respond(run: Run, stream: bool, fmt: Format) -> Response:
+    """Stream or not. A stream waits for its first event, so early errors keep their HTTP status."""
+    if not stream:
+        try:
+            return JSONResponse(fmt.whole(await run.collect()))
+        finally:
+            run.close()
+    try:
+        first = await run.next()
+    except BaseException:
+        run.close()
+        raise
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(_frames(run, first, fmt), media_type=fmt.media_type, headers=headers)
+
+
+async def _frames(run: Run, first: TokenChunk | GenerationResult, fmt: Format) -> AsyncIterator[bytes]:
+    # Everything already delivered goes out in one write: fewer syscalls under load, and after a
+    # disconnect at most one write lands on the dead socket before Starlette cancels this
+    # generator (its `finally` cancels the run).
+    pending: list[Event] = [first]
+    try:
+        while True:
+            out: list[bytes] = []
+            for raw in pending:
+                try:
+                    event = run.settle(raw)
+                except LocalspecError as exc:
+                    yield b"".join([*out, fmt.error(exc)])
+                    return
+                if isinstance(event, GenerationResult):
+                    yield b"".join([*out, fmt.final(event)])
+                    return
+                if event.text or event.token_ids:
+                    out.append(fmt.chunk(event))
+            if out:
+                yield b"".join(out)
+            pending = [await run.next_raw(), *run.ready()]
+    finally:
+        run.close()
+
+
+def openai_error_body(exc: LocalspecError) -> dict[str, Any]:
+    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
+
+
+def error_response(exc: LocalspecError, ollama: bool) -> JSONResponse:
+    """OpenAI's error shape, or Ollama's `{"error": "..."}` on its routes; status from the type."""
+    body: dict[str, Any] = {"error": exc.message} if ollama else openai_error_body(exc)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, OverloadedError) else None
+    return JSONResponse(body, status_code=exc.http_status, headers=headers)
+
+
+def finish_reason(result: GenerationResult) -> str:
+    # "cancelled" only reaches a client that left; OpenAI's vocabulary has stop and length.
+    return "length" if result.finish_reason == "length" else "stop"
+
+
+def stats_fields(stats: GenerationStats) -> dict[str, Any]:
+    """Speculation stats for every response: llama-server's `timings` names plus localspec's own."""
+    gen_s = max(stats.elapsed_s - stats.ttft_s, 0.0)
+    timings = {
+        "prompt_n": stats.prompt_tokens,
+        "prompt_ms": round(stats.ttft_s * 1000, 3),
+        "predicted_n": stats.tokens,
+        "predicted_ms": round(stats.elapsed_s * 1000, 3),
+        "predicted_per_token_ms": round(gen_s * 1000 / max(stats.tokens - 1, 1), 3),
+        "predicted_per_second": round(stats.tokens_per_second, 3),
+        "draft_n": stats.drafted,
+        "draft_n_accepted": stats.accepted,
+    }
+    return {"timings": timings, "localspec": stats.to_dict()}
+
+
+def json_bytes(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()

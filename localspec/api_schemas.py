@@ -1,0 +1,340 @@
+"""The HTTP API's request bodies (OpenAI and Ollama shapes), their validation, and the OpenAPI schema.
+
+Each body turns into one `GenerationRequest`; nothing here knows HTTP routing
+or the engine. Unknown fields are ignored, as OpenAI and Ollama clients send
+many the daemon has no use for; fields the daemon cannot honour (tools,
+structured output, images, n > 1) are refused rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.json_schema import models_json_schema
+
+from localspec.errors import UserInputError
+from localspec.types import ChatMessage, GenerationRequest, Method, SamplingParams, SpecParams
+
+M = TypeVar("M", bound=BaseModel)
+MAX_STOP = 16
+OPENAI_COMPLETIONS_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
+# Ollama's documented sampling defaults, so Ollama clients get the output they expect.
+OLLAMA_DEFAULTS = SamplingParams(temperature=0.8, top_k=40, top_p=0.9)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class SpeculativeOptions(_Body):
+    """localspec's extension: which speculation to run for this request."""
+
+    method: Method | None = Field(None, description="auto, none, draft, ngram or layerskip.")
+    k: int | None = Field(None, ge=1, le=32, description="Most tokens drafted per step.")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class TextPart(_Body):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class OpenAIMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def to_message(self) -> ChatMessage:
+        content = self.content
+        text = "".join(p.text for p in content) if isinstance(content, list) else (content or "")
+        # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
+        return ChatMessage("system" if self.role == "developer" else self.role, text)
+
+
+class _OpenAISampling(_Body):
+    model: str = Field(..., min_length=1, description="The loaded target's name, or `localspec`.")
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, ge=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="llama.cpp extension; 0 = off.")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="llama.cpp extension; 0 = off.")
+    seed: int | None = Field(None, description="Fixed seed for reproducible sampling; negative = random.")
+    stop: str | list[str] | None = Field(None, max_length=MAX_STOP)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=1, description="Only one choice per request.")
+    logprobs: bool | None = Field(None, description="Not supported; must be absent or false.")
+    speculative: SpeculativeOptions | None = None
+
+    def sampling(self) -> SamplingParams:
+        seed = self.seed if self.seed is not None and self.seed >= 0 else None
+        return SamplingParams(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=seed
+        )
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def check_supported(self) -> None:
+        if self.logprobs:
+            raise UserInputError("logprobs are not supported by localspec", param="logprobs")
+
+
+class ChatCompletionBody(_OpenAISampling):
+    """POST /v1/chat/completions."""
+
+    messages: list[OpenAIMessage] = Field(..., min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.tools:
+            raise UserInputError("tools are not supported by localspec", param="tools")
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            raise UserInputError("only response_format {type: text} is supported", param="response_format")
+
+
+class CompletionBody(_OpenAISampling):
+    """POST /v1/completions; `suffix` makes it fill-in-the-middle."""
+
+    prompt: str | list[str]
+    suffix: str | None = None
+    echo: bool = False
+
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            raise UserInputError("exactly one prompt per request is supported", param="prompt")
+        return self.prompt[0]
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.echo:
+            raise UserInputError("echo is not supported by localspec", param="echo")
+
+
+class OllamaOptions(_Body):
+    temperature: float | None = Field(None, ge=0.0, le=5.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    seed: int | None = None
+    num_predict: int | None = Field(None, ge=-2, description="-1 or -2: until the context is full.")
+    stop: list[str] | None = Field(None, max_length=MAX_STOP)
+
+    def sampling(self) -> SamplingParams:
+        d = OLLAMA_DEFAULTS
+        seed = self.seed if self.seed is not None and self.seed >= 0 else None
+        return SamplingParams(
+            temperature=d.temperature if self.temperature is None else self.temperature,
+            top_k=d.top_k if self.top_k is None else self.top_k,
+            top_p=d.top_p if self.top_p is None else self.top_p,
+            min_p=d.min_p if self.min_p is None else self.min_p,
+            seed=seed,
+        )
+
+
+class OllamaMessage(_Body):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    images: list[str] | None = None
+
+
+class _OllamaBody(_Body):
+    model: str = Field(..., min_length=1)
+    stream: bool = Field(True, description="Ollama streams unless told not to.")
+    options: OllamaOptions = Field(default_factory=lambda: OllamaOptions.model_validate({}))
+    format: str | dict[str, Any] | None = None
+    speculative: SpeculativeOptions | None = None
+
+    def check_supported(self) -> None:
+        if self.format:
+            raise UserInputError("structured output (format) is not supported by localspec", param="format")
+
+
+class OllamaChatBody(_OllamaBody):
+    """POST /api/chat; no messages only loads the model, as in Ollama."""
+
+    messages: list[OllamaMessage] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.tools:
+            raise UserInputError("tools are not supported by localspec", param="tools")
+        if any(m.images for m in self.messages):
+            raise UserInputError("images are not supported by localspec", param="messages")
+
+
+class OllamaGenerateBody(_OllamaBody):
+    """POST /api/generate; an empty prompt only loads the model, as in Ollama."""
+
+    prompt: str | None = None
+    suffix: str | None = None
+    system: str | None = None
+    raw: bool = False
+    images: list[str] | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.images:
+            raise UserInputError("images are not supported by localspec", param="images")
+
+
+class OllamaShowBody(_Body):
+    """POST /api/show; `name` is the older spelling of `model`."""
+
+    model: str | None = None
+    name: str | None = None
+
+
+def parse_body(raw: bytes, model: type[M]) -> M:
+    """Validate a JSON body; malformed JSON and bad fields become UserInputError (400)."""
+    try:
+        data = json.loads(raw) if raw else None
+    except (ValueError, RecursionError) as exc:
+        raise UserInputError(f"malformed JSON body: {exc}", param=None) from None
+    if not isinstance(data, dict):
+        raise UserInputError("the request body must be a JSON object", param=None)
+    try:
+        # JSON may escape lone surrogates (\ud800); text must be UTF-8 before it reaches the tokenizer.
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise UserInputError("the body holds invalid Unicode (a lone surrogate escape)", param=None) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        raise UserInputError(f"invalid {param or 'body'}: {err['msg']}", param=param) from None
+
+
+def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    items = [stop] if isinstance(stop, str) else (stop or [])
+    return tuple(s for s in items if s)  # an empty stop string would stop before the first token
+
+
+def spec_params(options: SpeculativeOptions | None, default: SpecParams) -> SpecParams:
+    if options is None:
+        return default
+    return SpecParams(method=options.method or default.method, k=options.k or default.k)
+
+
+def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
+    """A chat completion as an engine request; no max_tokens means until the context is full."""
+    body.check_supported()
+    limit = body.max_completion_tokens or body.max_tokens or unlimited
+    return GenerationRequest(
+        messages=tuple(m.to_message() for m in body.messages),
+        max_tokens=limit,
+        stop=stop_strings(body.stop),
+        sampling=body.sampling(),
+        speculative=spec_params(body.speculative, spec),
+    )
+
+
+def completion_request(body: CompletionBody, spec: SpecParams) -> GenerationRequest:
+    body.check_supported()
+    return GenerationRequest(
+        prompt=body.prompt_text(),
+        suffix=body.suffix,
+        max_tokens=body.max_tokens or OPENAI_COMPLETIONS_MAX_TOKENS,
+        stop=stop_strings(body.stop),
+        sampling=body.sampling(),
+        speculative=spec_params(body.speculative, spec),
+    )
+
+
+def _ollama_limit(options: OllamaOptions, unlimited: int) -> int:
+    n = options.num_predict
+    return unlimited if n is None or n <= 0 else n
+
+
+def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
+    body.check_supported()
+    return GenerationRequest(
+        messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
+        max_tokens=_ollama_limit(body.options, unlimited),
+        stop=stop_strings(body.options.stop),
+        sampling=body.options.sampling(),
+        speculative=spec_params(body.speculative, spec),
+    )
+
+
+def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
+    """As Ollama does: a suffix means fill-in-the-middle, `raw` the bare prompt, else the chat template."""
+    body.check_supported()
+    prompt = body.prompt or ""
+    common: dict[str, Any] = {
+        "max_tokens": _ollama_limit(body.options, unlimited),
+        "stop": stop_strings(body.options.stop),
+        "sampling": body.options.sampling(),
+        "speculative": spec_params(body.speculative, spec),
+    }
+    if body.suffix:
+        return GenerationRequest(prompt=prompt, suffix=body.suffix, **common)
+    if body.raw:
+        return GenerationRequest(prompt=prompt, **common)
+    system = (ChatMessage("system", body.system),) if body.system else ()
+    return GenerationRequest(messages=(*system, ChatMessage("user", prompt)), **common)
+
+
+# --- OpenAPI --------------------------------------------------------------------------
+
+REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
+    ("post", "/v1/chat/completions"): ChatCompletionBody,
+    ("post", "/v1/completions"): CompletionBody,
+    ("post", "/api/chat"): OllamaChatBody,
+    ("post", "/api/generate"): OllamaGenerateBody,
+    ("post", "/api/show"): OllamaShowBody,
+}
+GET_ROUTES = ("/health", "/v1/models", "/api/version", "/api/tags", "/metrics", "/openapi.json")
+
+_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+
+def openapi_schema(version: str) -> dict[str, Any]:
+    """OpenAPI 3.1 for every route, request bodies from the pydantic models above."""
+    _, defs = models_json_schema(
+        [(m, "validation") for m in REQUEST_BODIES.values()], ref_template="#/components/schemas/{model}"
+    )
+    errors = {
+        str(code): {"description": why, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+        for code, why in ((400, "bad request"), (404, "unknown model"), (413, "body too large"))
+    }
+    paths: dict[str, Any] = {p: {"get": {"responses": {"200": {"description": "OK"}}}} for p in GET_ROUTES}
+    for (method, path), model in REQUEST_BODIES.items():
+        body = {"$ref": f"#/components/schemas/{model.__name__}"}
+        paths[path] = {
+            method: {
+                "summary": (model.__doc__ or "").strip().splitlines()[0],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+                "responses": {"200": {"description": "OK (JSON, SSE or NDJSON when streaming)"}, **errors},
+            }
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "localspec", "version": version},
+        "paths": paths,
+        "components": {"schemas": defs.get("$defs", {})},
+    }

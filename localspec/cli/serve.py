@@ -1,0 +1,167 @@
+"""`localspec serve`, `localspec status` and `localspec stop`: the daemon's lifecycle."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from localspec.cli.app import cli
+from localspec.types import METHODS
+
+if TYPE_CHECKING:
+    from localspec.client import Health
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _socket_for(socket_path: Path | None) -> Path:
+    from localspec.paths import Paths
+    from localspec.settings import load_settings
+
+    return socket_path or load_settings().socket or Paths.from_env().socket_path
+
+
+@cli.command("serve")
+@click.option("--target", type=click.Path(path_type=Path, dir_okay=False), help="Target GGUF file.")
+@click.option("--draft", type=click.Path(path_type=Path, dir_okay=False), help="Draft GGUF file.")
+@click.option("--method", type=click.Choice(METHODS), help="Default speculation method.")
+@click.option("-k", "k", type=click.IntRange(1, 32), help="Default most tokens drafted per step.")
+@click.option("--ctx", "n_ctx", type=click.IntRange(min=64), help="Context size in tokens.")
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), help="Unix socket path.")
+@click.option("--tcp", metavar="HOST:PORT", help="Also listen on TCP (default port 8977).")
+@click.option("--token", help="Bearer token required on TCP; prefer LOCALSPEC_TOKEN (argv is visible).")
+@click.option("--queue-size", type=click.IntRange(min=1), help="Requests that may wait before 503.")
+@click.option(
+    "--max-body",
+    type=click.IntRange(min=1024),
+    default=4 * 1024 * 1024,
+    show_default=True,
+    help="Body limit.",
+)
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True)
+@click.option("--access-log/--no-access-log", default=True, show_default=True, help="Log every request.")
+def serve_command(
+    target: Path | None,
+    draft: Path | None,
+    method: str | None,
+    k: int | None,
+    n_ctx: int | None,
+    socket_path: Path | None,
+    tcp: str | None,
+    token: str | None,
+    queue_size: int | None,
+    max_body: int,
+    log_level: str,
+    access_log: bool,
+) -> None:
+    """Run the daemon in the foreground: OpenAI- and Ollama-compatible APIs on a unix socket.
+
+    Logs go to stderr. SIGTERM or Ctrl-C stops it cleanly. Unset options come from
+    LOCALSPEC_* variables and config.toml; without --target, the catalog's default model.
+    """
+    from localspec.daemon import daemon_config, run
+    from localspec.settings import load_settings
+
+    settings = load_settings(
+        target=target,
+        draft=draft,
+        method=method,
+        k=k,
+        n_ctx=n_ctx,
+        socket=socket_path,
+        tcp=tcp,
+        token=token,
+        queue_size=queue_size,
+    )
+    config = daemon_config(settings, max_body_bytes=max_body, access_log=access_log)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    run(config)
+
+
+def _uptime(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes}m {secs}s" if hours else f"{minutes}m {secs}s"
+
+
+def _status_lines(health: Health, pid: int | None, socket_path: Path) -> list[str]:
+    lines = [f"localspec daemon: {health.status} (pid {pid or '?'})", f"socket: {socket_path}"]
+    if not health.ready:
+        return lines + ([f"error: {health.error}"] if health.error else [])
+    draft = health.draft or f"none ({health.draft_error or 'not configured'})"
+    return [
+        *lines,
+        f"uptime: {_uptime(health.uptime_s)}",
+        f"model: {health.model} ({health.target})",
+        f"draft: {draft}",
+        f"method: {health.method} (k={health.k}); available: {', '.join(health.methods)}",
+        f"context: {health.n_ctx} tokens",
+        f"queue: {health.queue_depth} waiting, {health.in_flight} in flight",
+    ]
+
+
+@cli.command("status")
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), help="Unix socket path.")
+@click.option("--json", "as_json", is_flag=True, help="Print /health as JSON.")
+def status_command(socket_path: Path | None, as_json: bool) -> None:
+    """Show whether the daemon runs, what it serves and for how long."""
+    from localspec.client import Client, Health
+    from localspec.pidfile import daemon_pid, pid_file_for
+
+    path = _socket_for(socket_path)
+    pid = daemon_pid(pid_file_for(path))
+    with Client(socket_path=path) as client:
+        raw = client.health_raw()
+    if as_json:
+        click.echo(json.dumps({"pid": pid, "socket": str(path), **raw}, indent=2))
+        return
+    for line in _status_lines(Health.from_dict(raw), pid, path):
+        click.echo(line)
+
+
+def _wait_for_pid(pid_file: Path) -> int | None:
+    """The daemon's pid; a daemon that has just taken the lock writes its pid a moment later."""
+    from localspec.pidfile import daemon_pid
+
+    deadline = time.monotonic() + 2.0
+    while (pid := daemon_pid(pid_file)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pid or None
+
+
+@cli.command("stop")
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), help="Unix socket path.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds to wait."
+)
+def stop_command(socket_path: Path | None, timeout: float) -> None:
+    """Stop the running daemon (SIGTERM) and wait until it has exited."""
+    from localspec.errors import DaemonError
+    from localspec.pidfile import daemon_pid, pid_file_for
+
+    path = _socket_for(socket_path)
+    pid_file = pid_file_for(path)
+    pid = _wait_for_pid(pid_file)
+    if pid is None:
+        raise DaemonError(f"no localspec daemon is running ({pid_file} is not locked)")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while daemon_pid(pid_file) is not None:
+        if time.monotonic() > deadline:
+            raise DaemonError(
+                f"the daemon (pid {pid}) did not stop within {timeout:g}s; `kill -9 {pid}` ends it"
+            )
+        time.sleep(0.05)
+    click.echo(f"stopped localspec daemon (pid {pid})")

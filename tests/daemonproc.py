@@ -1,0 +1,167 @@
+"""A real `localspec serve` process for the API, daemon and client tests.
+
+The daemon runs as a subprocess with its own LOCALSPEC_HOME and a tiny model,
+listening on its unix socket (and TCP when asked); tests talk to it with real
+HTTP clients. Its stderr goes to a file that failing tests print.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from localspec.client import Client
+
+START_TIMEOUT_S = 90.0  # a busy 2-core CI machine imports llama.cpp slowly
+# A greedy chat that the tiny target continues until the context is full (no EOS): a long generation.
+LONG_CHAT = [{"role": "user", "content": "the model is"}]
+TOKEN = "s3cret-token"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def daemon_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALSPEC_") or k == "LOCALSPEC_MODELS"}
+    # One thread: on a shared CI machine llama.cpp's threads wait on each other's time slices, and a
+    # tiny model's decode goes from 0.3 ms to tens of milliseconds.
+    return {**env, "LOCALSPEC_HOME": str(home), "LOCALSPEC_THREADS": "1", **(extra or {})}
+
+
+def serve_command(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from localspec.cli import main; main()", "serve", *args]
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen[bytes]
+    home: Path
+    socket_path: Path
+    log_path: Path
+    port: int | None = None
+    token: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def http(self, timeout: float = 60.0) -> httpx.Client:
+        """httpx over the unix socket."""
+        transport = httpx.HTTPTransport(uds=str(self.socket_path))
+        return httpx.Client(transport=transport, base_url="http://localhost", timeout=timeout)
+
+    def tcp_http(self, token: str | None = None, timeout: float = 60.0) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def client(self) -> Client:
+        return Client(socket_path=self.socket_path, timeout=60.0)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"the daemon ignored signal {sig} for {timeout}s:\n{self.log()}") from None
+
+
+def start_daemon(
+    home: Path,
+    target: Path | None,
+    *args: str,
+    tcp: bool = False,
+    token: str | None = None,
+    ctx: int = 2048,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+) -> Daemon:
+    """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port() if tcp else None
+    argv: list[str] = ["--target", str(target)] if target is not None else []
+    argv += ["--ctx", str(ctx), "--no-access-log", *args]
+    if port is not None:
+        argv += ["--tcp", f"127.0.0.1:{port}"]
+    extra = dict(env or {})
+    if token is not None:
+        extra["LOCALSPEC_TOKEN"] = token  # the environment, not argv, as the help advises
+    log_path = home / "daemon.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            serve_command(*argv), env=daemon_env(home, extra), stdout=log, stderr=subprocess.STDOUT
+        )
+    daemon = Daemon(proc, home, home / "run" / "localspec.sock", log_path, port, token)
+    if wait:
+        wait_ready(daemon)
+    return daemon
+
+
+def wait_ready(daemon: Daemon, timeout: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if daemon.proc.poll() is not None:
+            raise AssertionError(f"the daemon exited with {daemon.proc.returncode}:\n{daemon.log()}")
+        if listening(daemon.socket_path):
+            try:
+                with daemon.http(timeout=5.0) as http:
+                    if http.get("/health").json().get("status") == "ready":
+                        return
+            except httpx.TransportError:
+                pass
+        time.sleep(0.05)
+    daemon.stop(signal.SIGKILL)
+    raise AssertionError(f"the daemon was not ready within {timeout}s:\n{daemon.log()}")
+
+
+def listening(path: Path) -> bool:
+    """Probe with a socket we close ourselves: httpcore leaks the socket of a refused unix connect."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def run_cli(home: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """`localspec ARGS` in a subprocess with this home."""
+    cmd: Sequence[str] = [sys.executable, "-c", "from localspec.cli import main; main()", *args]
+    return subprocess.run(cmd, env=daemon_env(home), capture_output=True, text=True, timeout=timeout)
+
+
+def metric(text: str, sample: str) -> float:
+    """The value of one sample (`name` or `name{labels}`) in Prometheus text; 0 when absent."""
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    return 0.0
+
+
+def wait_for_metric(daemon: Daemon, sample: str, at_least: float, timeout: float = 30.0) -> float:
+    deadline = time.monotonic() + timeout
+    with daemon.http() as http:
+        while True:
+            value = metric(http.get("/metrics").text, sample)
+            if value >= at_least or time.monotonic() > deadline:
+                return value
+            time.sleep(0.02)

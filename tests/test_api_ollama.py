@@ -1,0 +1,170 @@
+"""The Ollama-compatible routes, driven by the real `ollama` package against a real daemon process.
+
+The daemon here serves a tiny model that has fill-in-the-middle tokens, so
+`suffix` runs for real; its answers are compared with the engine run in-process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import ollama
+import pytest
+import tinymodels
+from daemonproc import Daemon, start_daemon
+
+from localspec.backend import LoadOptions
+from localspec.engine import Engine, EngineConfig
+from localspec.types import GenerationRequest, SamplingParams
+
+pytestmark = pytest.mark.timeout(120)
+
+GREEDY = {"temperature": 0}
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+
+
+@pytest.fixture(scope="module")
+def fim_target(tiny_dir: Path) -> Path:
+    vocab = tinymodels.build_vocab(extra_tokens=(tinymodels.IM_START, tinymodels.IM_END, *FIM_TOKENS))
+    return tinymodels.write_tiny_model(tiny_dir / "tiny-fim.gguf", vocab=vocab, name="tiny-fim")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, fim_target: Path) -> Iterator[Daemon]:
+    """Unix socket plus loopback TCP without a token."""
+    d = start_daemon(tmp_path_factory.mktemp("ollama-home"), fim_target, tcp=True, ctx=1024)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def uds_ollama(daemon: Daemon) -> Iterator[ollama.Client]:
+    transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
+    with ollama.Client(host="http://localhost", transport=transport) as client:
+        yield client
+
+
+@pytest.fixture
+def tcp_ollama(daemon: Daemon) -> Iterator[ollama.Client]:
+    with ollama.Client(host=daemon.base_url) as client:
+        yield client
+
+
+def _in_process(target: Path, request: GenerationRequest) -> str:
+    with Engine(EngineConfig(target=target, load=LoadOptions(n_ctx=1024, n_threads=1))) as engine:
+        return engine.generate(request).text
+
+
+def test_version_tags_and_show(uds_ollama: ollama.Client, daemon: Daemon) -> None:
+    with daemon.http() as http:
+        assert http.get("/api/version").json()["version"]
+    listed = uds_ollama.list()
+    assert [m.model for m in listed.models] == ["tiny-fim"]
+    assert listed.models[0].details is not None and listed.models[0].details.format == "gguf"
+    shown = uds_ollama.show("tiny-fim")
+    assert shown.template and "im_start" in shown.template
+    assert shown.modelinfo is not None and shown.modelinfo["general.architecture"] == "llama"
+    assert "insert" in (shown.capabilities or [])
+
+
+def test_chat_stream_equals_non_stream(uds_ollama: ollama.Client) -> None:
+    messages = [{"role": "user", "content": "hello world"}]
+    options = {**GREEDY, "num_predict": 30}
+    whole = uds_ollama.chat(model="tiny-fim", messages=messages, options=options)
+    parts = list(uds_ollama.chat(model="tiny-fim", messages=messages, options=options, stream=True))
+    assert whole.message.content
+    assert "".join(p.message.content or "" for p in parts) == whole.message.content
+    assert [p.done for p in parts].count(True) == 1 and parts[-1].done
+    assert parts[-1].eval_count == whole.eval_count
+    assert whole.done_reason in ("stop", "length")
+
+
+def test_generate_options_num_predict_and_stats(tcp_ollama: ollama.Client, daemon: Daemon) -> None:
+    out = tcp_ollama.generate(model="tiny-fim", prompt="the model is", options={**GREEDY, "num_predict": 6})
+    assert out.done and out.done_reason == "length"
+    assert out.eval_count == 6
+    # The ollama package drops fields it does not know; the speculation stats are in the raw body.
+    body = {"model": "tiny-fim", "prompt": "the model is", "stream": False, "options": {"num_predict": 6}}
+    with daemon.tcp_http() as http:
+        stats = http.post("/api/generate", json=body).json()["localspec"]
+    assert stats["tokens"] == 6 and "acceptance_rate" in stats and stats["method"]
+
+
+def test_generate_stop_and_seed(tcp_ollama: ollama.Client) -> None:
+    full = tcp_ollama.generate(
+        model="tiny-fim", prompt="one two", raw=True, options={**GREEDY, "num_predict": 30}
+    )
+    full_text = full.response or ""
+    words = full_text.split()
+    assert len(words) > 3
+    stop = f" {words[2]}"
+    cut = tcp_ollama.generate(
+        model="tiny-fim", prompt="one two", raw=True, options={**GREEDY, "num_predict": 30, "stop": [stop]}
+    )
+    assert cut.response == full_text[: full_text.index(stop)]
+    assert cut.done_reason == "stop"
+    sampled = {"temperature": 1.0, "seed": 11, "num_predict": 20}
+    first = tcp_ollama.generate(model="tiny-fim", prompt="one two", options=sampled).response
+    assert tcp_ollama.generate(model="tiny-fim", prompt="one two", options=sampled).response == first
+
+
+def test_generate_streams_ndjson_by_default(daemon: Daemon) -> None:
+    body = {"model": "tiny-fim", "prompt": "hello", "options": {"num_predict": 5, **GREEDY}}
+    with daemon.http() as http, http.stream("POST", "/api/generate", json=body) as response:
+        assert response.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    assert [line["done"] for line in lines] == [False] * (len(lines) - 1) + [True]
+    assert lines[-1]["eval_count"] == 5
+
+
+def test_suffix_is_fill_in_the_middle(uds_ollama: ollama.Client, fim_target: Path) -> None:
+    prefix, suffix = "def main(self):", "return None"
+    out = uds_ollama.generate(
+        model="tiny-fim", prompt=prefix, suffix=suffix, options={**GREEDY, "num_predict": 10}
+    )
+    expected = _in_process(fim_target, GenerationRequest(prompt=prefix, suffix=suffix, max_tokens=10))
+    assert out.response == expected
+
+
+def test_openai_completions_suffix_too(daemon: Daemon, fim_target: Path) -> None:
+    body = {
+        "model": "tiny-fim",
+        "prompt": "import numpy",
+        "suffix": "print",
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    with daemon.http() as http:
+        response = http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    expected = _in_process(
+        fim_target,
+        GenerationRequest(prompt="import numpy", suffix="print", max_tokens=8, sampling=SamplingParams()),
+    )
+    assert response.json()["choices"][0]["text"] == expected
+
+
+def test_empty_prompt_only_loads(uds_ollama: ollama.Client) -> None:
+    out = uds_ollama.generate(model="tiny-fim")
+    assert out.done and out.done_reason == "load" and out.response == ""
+    chat = uds_ollama.chat(model="tiny-fim", messages=[])
+    assert chat.done and chat.done_reason == "load" and chat.message.content == ""
+
+
+def test_ollama_errors_have_ollama_shape(uds_ollama: ollama.Client, daemon: Daemon) -> None:
+    with pytest.raises(ollama.ResponseError) as info:
+        uds_ollama.chat(model="llama3:latest", messages=[{"role": "user", "content": "hi"}])
+    assert info.value.status_code == 404
+    assert "not loaded" in info.value.error
+    with daemon.http() as http:
+        response = http.post("/api/chat", content=b"{not json")
+    assert response.status_code == 400
+    assert isinstance(response.json()["error"], str)
+
+
+def test_model_tag_latest_is_accepted(uds_ollama: ollama.Client) -> None:
+    out = uds_ollama.generate(model="tiny-fim:latest", prompt="hi", options={**GREEDY, "num_predict": 2})
+    assert out.model == "tiny-fim"

@@ -1,0 +1,186 @@
+"""The OpenAI-compatible routes, driven by the real `openai` package against a real daemon process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from daemonproc import TOKEN, Daemon, start_daemon
+from openai.types.chat import ChatCompletionMessageParam
+
+pytestmark = pytest.mark.timeout(120)
+
+CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello world"}]
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, tiny_target: Path, tiny_perfect_draft: Path
+) -> Iterator[Daemon]:
+    """Unix socket plus TCP with a token; the perfect draft, so speculation is visible in the stats."""
+    d = start_daemon(
+        tmp_path_factory.mktemp("openai-home"),
+        tiny_target,
+        "--draft",
+        str(tiny_perfect_draft),
+        tcp=True,
+        token=TOKEN,
+    )
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def uds_openai(daemon: Daemon) -> Iterator[openai.OpenAI]:
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
+    # openai 3 types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
+    client = openai.OpenAI(base_url="http://localhost/v1", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
+    with client:
+        yield client
+
+
+@pytest.fixture
+def tcp_openai(daemon: Daemon) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{daemon.base_url}/v1", api_key=TOKEN) as client:
+        yield client
+
+
+def _extra(obj: Any, name: str) -> Any:
+    extra = obj.model_extra or {}
+    return extra[name]
+
+
+def test_models_lists_the_target(uds_openai: openai.OpenAI) -> None:
+    assert [m.id for m in uds_openai.models.list()] == ["tiny-target"]
+
+
+def test_chat_completion_with_usage_and_stats(uds_openai: openai.OpenAI) -> None:
+    out = uds_openai.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=12, temperature=0)
+    choice = out.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert out.model == "tiny-target"
+    assert out.usage is not None
+    assert out.usage.completion_tokens <= 12
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+    stats = _extra(out, "localspec")
+    assert stats["tokens"] == out.usage.completion_tokens
+    assert {"tokens_per_second", "acceptance_rate", "drafted", "accepted", "method"} <= stats.keys()
+    assert _extra(out, "timings")["predicted_n"] == out.usage.completion_tokens
+
+
+def test_stream_equals_non_stream_and_reports_usage(uds_openai: openai.OpenAI) -> None:
+    kwargs: dict[str, Any] = {"model": "localspec", "messages": CHAT, "max_tokens": 40, "temperature": 0}
+    whole = uds_openai.chat.completions.create(**kwargs)
+    chunks = list(
+        uds_openai.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
+    assert whole.usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[0].choices[0].delta.role == "assistant"
+
+
+def test_max_tokens_ends_with_length(uds_openai: openai.OpenAI) -> None:
+    out = uds_openai.completions.create(
+        model="tiny-target", prompt="the model is", max_tokens=5, temperature=0
+    )
+    assert out.choices[0].finish_reason == "length"
+    assert out.usage is not None and out.usage.completion_tokens == 5
+
+
+def test_stop_string_cuts_the_text(uds_openai: openai.OpenAI) -> None:
+    full = uds_openai.completions.create(
+        model="tiny-target", prompt="the model is", max_tokens=30, temperature=0
+    )
+    words = full.choices[0].text.split()
+    assert len(words) > 4
+    stop = f" {words[3]}"
+    cut = uds_openai.completions.create(
+        model="tiny-target", prompt="the model is", max_tokens=30, temperature=0, stop=[stop]
+    )
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == full.choices[0].text[: full.choices[0].text.index(stop)]
+
+
+def test_seed_makes_sampling_reproducible(uds_openai: openai.OpenAI) -> None:
+    def sample(seed: int) -> str | None:
+        # A fixed method: `auto` decides from measured timings, and its drafts change how the seed is used.
+        out = uds_openai.chat.completions.create(
+            model="tiny-target",
+            messages=CHAT,
+            max_tokens=20,
+            temperature=1.0,
+            top_p=0.95,
+            seed=seed,
+            extra_body={"speculative": {"method": "ngram"}},
+        )
+        return out.choices[0].message.content
+
+    assert sample(7) == sample(7)
+
+
+def test_speculative_extension_picks_the_method(uds_openai: openai.OpenAI) -> None:
+    def run(method: str) -> tuple[str | None, dict[str, Any]]:
+        out = uds_openai.chat.completions.create(
+            model="tiny-target",
+            messages=CHAT,
+            max_tokens=24,
+            temperature=0,
+            extra_body={"speculative": {"method": method, "k": 3}},
+        )
+        return out.choices[0].message.content, _extra(out, "localspec")
+
+    plain_text, plain = run("none")
+    draft_text, drafted = run("draft")
+    assert draft_text == plain_text  # lossless
+    assert plain["method"] == "none" and plain["drafted"] == 0
+    assert drafted["method"] == "draft" and drafted["k"] == 3
+    assert drafted["drafted"] > 0
+    assert drafted["accepted"] > 0  # the perfect draft agrees with the target
+
+
+def test_streamed_chunks_carry_token_ids(daemon: Daemon) -> None:
+    body = {"model": "tiny-target", "messages": CHAT, "max_tokens": 8, "temperature": 0, "stream": True}
+    with daemon.http() as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    assert lines[-1] == "data: [DONE]"
+    assert '"token_ids":[' in lines[0]
+
+
+def test_tcp_with_the_token(tcp_openai: openai.OpenAI) -> None:
+    out = tcp_openai.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=4, temperature=0)
+    assert out.choices[0].message.content
+
+
+def test_tcp_without_the_token_is_refused(daemon: Daemon) -> None:
+    with (
+        openai.OpenAI(base_url=f"{daemon.base_url}/v1", api_key="wrong", max_retries=0) as client,
+        pytest.raises(openai.AuthenticationError) as info,
+    ):
+        client.models.list()
+    assert info.value.status_code == 401
+    with daemon.tcp_http() as http:
+        response = http.get("/v1/models")
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "authentication_error"
+
+
+def test_unknown_model_is_404(uds_openai: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        uds_openai.chat.completions.create(model="../../etc/passwd", messages=CHAT, max_tokens=2)
+    body: Any = info.value.body
+    assert body["code"] == "model_not_found"
+    assert body["param"] == "model"
