@@ -140,3 +140,51 @@ def test_bench_rejects_an_unknown_method(tiny_target: Path) -> None:
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_generate_remote_uses_the_running_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
+    from daemonproc import start_daemon
+
+    local = json.loads(
+        invoke(
+            "generate",
+            "hello world",
+            "--target",
+            str(tiny_target),
+            "--max-tokens",
+            "16",
+            "--json",
+            "--method",
+            "none",
+            *ONE_THREAD,
+        )[1]
+    )
+    home = tmp_path / "daemon-home"
+    daemon = start_daemon(home, tiny_target, "--draft", str(tiny_perfect_draft), ctx=512)
+    try:
+        monkeypatch.setenv("LOCALSPEC_HOME", str(home))
+        code, out, err = invoke(
+            "generate",
+            "hello world",
+            "--remote",
+            "--max-tokens",
+            "16",
+            "--json",
+            "--method",
+            "draft",
+            "-k",
+            "3",
+        )
+        assert code == 0, err + daemon.log()
+        remote = json.loads(out)
+        assert remote["tokens"] == local["tokens"]
+        assert remote["stats"]["method"] == "draft" and remote["stats"]["drafted"] > 0
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_generate_remote_without_a_daemon_says_how_to_start_one() -> None:
+    code, _, err = invoke("generate", "hi", "--remote")
+    assert code == 2 and "localspec serve" in err and err.count("\n") == 1

@@ -36,29 +36,48 @@ from localspec.types import (
 @click.option("--seed", type=int, help="Fix the sampling seed (reproducible output).")
 @click.option("--stop", multiple=True, help="Stop at this string (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with text, tokens and stats.")
+@click.option(
+    "--remote", is_flag=True, help="Use the running daemon (`localspec serve`) instead of loading models."
+)
 def generate(prompt: str, **kwargs: Any) -> None:
     """Generate a reply to PROMPT, streaming text as it is accepted, then one stats line."""
-    from localspec.engine import Engine
-    from localspec.resolve import engine_config
     from localspec.settings import load_settings
 
     settings = load_settings(**pop_model_settings(kwargs))
     request = _request(prompt, settings.method, settings.k, kwargs)
+    echo = (lambda _text: None) if kwargs["as_json"] else (lambda text: click.echo(text, nl=False))
+    result = _remote(settings, request, echo) if kwargs["remote"] else _local(settings, request, echo)
+    if kwargs["as_json"]:
+        click.echo(json.dumps(_result_json(result)))
+    else:
+        click.echo()
+        click.echo(_stats_line(result), err=True)
+
+
+def _local(settings: Any, request: GenerationRequest, echo: Any) -> GenerationResult:
+    from localspec.engine import Engine
+    from localspec.resolve import engine_config
+
     with Engine(engine_config(settings), progress=LoadProgress()) as engine:
         engine.wait_ready()
         if engine.info.draft_error:
             click.echo(f"note: draft not used: {engine.info.draft_error}", err=True)
         handle = engine.submit(request)
         for chunk in handle:
-            if not kwargs["as_json"]:
-                click.echo(chunk.text, nl=False)
-        result = handle.result
-    assert result is not None
-    if kwargs["as_json"]:
-        click.echo(json.dumps(_result_json(result)))
-    else:
-        click.echo()
-        click.echo(_stats_line(result), err=True)
+            echo(chunk.text)
+    assert handle.result is not None
+    return handle.result
+
+
+def _remote(settings: Any, request: GenerationRequest, echo: Any) -> GenerationResult:
+    from localspec.client import Client
+
+    with Client.from_env(settings) as client:
+        for event in client.stream(request):
+            if isinstance(event, GenerationResult):
+                return event
+            echo(event.text)
+    raise click.ClickException("the daemon closed the stream before the result")
 
 
 def _request(prompt: str, method: Any, k: int, opts: dict[str, Any]) -> GenerationRequest:
