@@ -1,0 +1,279 @@
+"""The chat app driven by Textual's pilot in 80x24, against a real daemon on the tiny models."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from daemonproc import LONG_CHAT, Daemon, start_daemon, wait_for_metric
+from textual.pilot import Pilot
+from textual.widgets import OptionList, Static, TextArea
+
+from localspec.client import Client
+from localspec.settings import load_settings
+from localspec.types import ChatMessage
+from tui.app import ChatApp, make_app
+from tui.chats import Chat, ChatStore
+from tui.connection import SessionDaemon
+from tui.screens.chat_picker import ChatPickerScreen
+from tui.screens.help import HelpScreen
+from tui.screens.models import ModelsScreen
+from tui.widgets.message_view import MessageView
+from tui.widgets.prompt_input import PromptInput
+from tui.widgets.stats_bar import StatsBar
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
+
+SIZE = (80, 24)
+LONG_CTX = 16384
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, tiny_target: Path, tiny_perfect_draft: Path
+) -> Iterator[Daemon]:
+    home = tmp_path_factory.mktemp("tui-home")
+    # A long context: the long chat goes on until it is full, long enough to be stopped mid-way.
+    d = start_daemon(home, tiny_target, "--draft", str(tiny_perfect_draft), ctx=LONG_CTX)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def store(localspec_home: Path) -> ChatStore:
+    return ChatStore(localspec_home / "state" / "chats")
+
+
+@pytest.fixture
+def new_app(daemon: Daemon, store: ChatStore) -> Iterator[Callable[..., ChatApp]]:
+    """make_app on a fresh client to the module's daemon; the clients are closed after the test."""
+    clients: list[Client] = []
+
+    def factory(resume: str | None = None, max_tokens: int = 40, method: str | None = None) -> ChatApp:
+        client = daemon.client()
+        clients.append(client)
+        settings = load_settings(method=method)
+        return make_app(settings, client, store=store, resume=resume, max_tokens=max_tokens)
+
+    yield factory
+    for client in clients:
+        client.close()
+
+
+async def wait_until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Let the app run until `predicate()` holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
+        await pilot.pause(0.02)
+
+
+async def ready(pilot: Pilot[None], app: ChatApp) -> None:
+    await wait_until(pilot, lambda: app.health is not None)
+
+
+async def type_and_send(pilot: Pilot[None], text: str) -> None:
+    await pilot.click(PromptInput)
+    for char in text:
+        await pilot.press("space" if char == " " else char)
+    await pilot.press("enter")
+
+
+def replies(app: ChatApp) -> list[MessageView]:
+    return [v for v in app.query(MessageView) if v.role == "assistant"]
+
+
+async def test_type_send_and_see_the_streamed_reply_and_stats(
+    new_app: Callable[..., ChatApp], store: ChatStore
+) -> None:
+    app = new_app(method="draft")
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        assert app.method == "draft"  # given on the command line: not the shared daemon's default
+        assert "target tiny-target" in str(app.query_one("#stats-models").render())
+        await type_and_send(pilot, "hello world")
+        await wait_until(pilot, lambda: not app.generating and len(app.chat.messages) == 2)
+        user, reply = app.chat.messages
+        assert user == ChatMessage("user", "hello world")
+        assert reply.role == "assistant" and reply.content
+        assert app.query_one(PromptInput).text == ""
+        # The reply was streamed into a Markdown view: its source is what arrived.
+        assert replies(app)[-1].source == reply.content
+        live = app.last_live
+        assert live is not None and live.final is not None and live.tokens > 0
+        assert live.final.acceptance_rate == 1.0  # the perfect draft: every drafted token accepted
+        await wait_until(pilot, lambda: "tok/s" in app.query_one(StatsBar).speed_text)
+        text = app.query_one(StatsBar).speed_text
+        assert "TTFT" in text and "draft k=4" in text and "accept 100%" in text, text
+    saved = store.load(app.chat.id)
+    assert saved.messages == app.chat.messages
+
+
+async def test_ctrl_j_adds_a_line_and_enter_sends_both(new_app: Callable[..., ChatApp]) -> None:
+    app = new_app(max_tokens=8)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        await pilot.click(PromptInput)
+        await pilot.press("a", "ctrl+j", "b")
+        assert app.query_one(PromptInput).text == "a\nb"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(app.chat.messages) == 2 and not app.generating)
+        assert app.chat.messages[0].content == "a\nb"
+
+
+async def test_escape_stops_a_long_reply_and_the_daemon_cancels_it(
+    new_app: Callable[..., ChatApp], daemon: Daemon
+) -> None:
+    app = new_app(max_tokens=LONG_CTX, method="none")
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        await type_and_send(pilot, LONG_CHAT[0]["content"])
+        await wait_until(pilot, lambda: app.last_live is not None and app.last_live.tokens >= 1)
+        await pilot.press("escape")
+        assert not app.generating
+        view = replies(app)[-1]
+        assert view.border_subtitle == "stopped"
+        stopped = app.chat.messages[-1]
+        assert stopped.role == "assistant" and stopped.content
+    # The stream was closed: the daemon records a cancelled generation.
+    assert wait_for_metric(daemon, 'localspec_generations_total{finish="cancelled"}', 1) >= 1
+
+
+async def test_resume_a_saved_chat_by_id_and_from_the_list(
+    new_app: Callable[..., ChatApp], store: ChatStore
+) -> None:
+    chat = Chat.new("be brief")
+    chat.messages += [ChatMessage("user", "first question"), ChatMessage("assistant", "first answer")]
+    store.save(chat)
+    app = new_app(resume=chat.id[:15])
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        assert [v.role for v in app.query(MessageView)] == ["system", "user", "assistant"]
+        await type_and_send(pilot, "second")
+        await wait_until(pilot, lambda: len(app.chat.messages) == 4 and not app.generating)
+    assert len(store.load(chat.id).messages) == 4
+
+    picker_app = new_app(resume="")
+    async with picker_app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(picker_app.screen, ChatPickerScreen))
+        options = picker_app.screen.query_one(OptionList)
+        assert options.option_count == 1
+        options.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: picker_app.chat.id == chat.id)
+        assert len(picker_app.query(MessageView)) == 5
+
+
+async def test_new_chat_system_prompt_and_help(new_app: Callable[..., ChatApp]) -> None:
+    app = new_app(max_tokens=8)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        await type_and_send(pilot, "hi")
+        await wait_until(pilot, lambda: len(app.chat.messages) == 2 and not app.generating)
+        first = app.chat.id
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: app.chat.id != first and not app.query(MessageView))
+        await pilot.press("ctrl+t")
+        await pilot.pause()
+        app.screen.query_one(TextArea).text = "You answer in French."
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: app.chat.system_prompt == "You answer in French.")
+        assert [v.role for v in app.query(MessageView)] == ["system"]
+        await pilot.press("f1")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+async def test_palette_switches_method_and_k(new_app: Callable[..., ChatApp]) -> None:
+    app = new_app(max_tokens=16)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        for query, check in (("method ngram", lambda: app.method == "ngram"), ("k = 2", lambda: app.k == 2)):
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            for char in query:
+                await pilot.press("space" if char == " " else char)
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await wait_until(pilot, check)
+        await type_and_send(pilot, "hello world")
+        await wait_until(pilot, lambda: len(app.chat.messages) == 2 and not app.generating)
+        assert app.last_live is not None and app.last_live.final is not None
+        assert app.last_live.final.method in ("ngram", "none")
+
+
+async def test_daemon_gone_mid_stream_is_a_notice_and_ctrl_r_recovers(
+    localspec_home: Path, tiny_target: Path, store: ChatStore
+) -> None:
+    own = start_daemon(localspec_home / "own", tiny_target, ctx=LONG_CTX)
+    settings = load_settings(target=tiny_target, threads=1, n_ctx=2048, method="none")
+    app = make_app(settings, own.client(), store=store, max_tokens=LONG_CTX)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot, app)
+            await type_and_send(pilot, LONG_CHAT[0]["content"])
+            await wait_until(pilot, lambda: app.last_live is not None and app.last_live.tokens >= 5)
+            own.proc.kill()
+            own.proc.wait()
+            await wait_until(pilot, lambda: not app.generating)
+            assert app.health is None
+            assert "ctrl+r" in app.query_one(StatsBar).speed_text
+            assert replies(app)[-1].border_subtitle == "failed"
+            # ctrl+r: no daemon answers on that socket, so the chat starts its own and asks again.
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: app.connection.started_here and app.health is not None, 60)
+            await wait_until(pilot, lambda: not app.generating and app.chat.messages[-1].role == "assistant")
+            assert [m.role for m in app.chat.messages] == ["user", "assistant"]
+    finally:
+        app.connection.close()
+        own.stop()
+    session = app.connection.session
+    assert session is not None and not session.running
+
+
+async def test_a_model_that_fails_to_load_is_a_notice_not_a_crash(tmp_path: Path, store: ChatStore) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    settings = load_settings(target=broken, threads=1)
+    session = SessionDaemon(settings)
+    session.start()
+    app = make_app(settings, Client(socket_path=session.socket_path), session=session, store=store)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: "ctrl+r" in app.query_one(StatsBar).speed_text, 60)
+            assert app.health is None
+            await type_and_send(pilot, "hello")
+            assert app.chat.messages == []  # not sent: the text stays in the box for later
+            assert app.query_one(PromptInput).text == "hello"
+    finally:
+        app.connection.close()
+
+
+async def test_models_screen_and_switching_the_target_of_a_chat_daemon(
+    tiny_target: Path, tiny_perfect_draft: Path, store: ChatStore
+) -> None:
+    settings = load_settings(target=tiny_target, threads=1, n_ctx=512)
+    session = SessionDaemon(settings)
+    session.start()
+    app = make_app(settings, Client(socket_path=session.socket_path), session=session, store=store)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot, app)
+            assert app.health is not None and app.health.model == "tiny-target"
+            app.action_models()
+            await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen) and app.screen.is_mounted)
+            await pilot.pause()
+            served = str(app.screen.query_one("#models-served", Static).render())
+            assert "serving: tiny-target" in served and "Enter restarts" in served
+            note = app.screen.query_one("#models-note", Static)
+            await wait_until(pilot, lambda: "looking" not in str(note.render()))
+            await pilot.press("escape")
+            app._switch_model(tiny_perfect_draft)
+            await wait_until(pilot, lambda: app.health is not None, 60)
+            assert app.health is not None and app.health.model == "tiny-perfect-draft"
+    finally:
+        app.connection.close()

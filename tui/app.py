@@ -1,0 +1,440 @@
+"""The chat app: a conversation streamed from the daemon, with live speculation stats.
+
+`make_app(settings, client)` builds it for the CLI and the tests alike. Replies
+stream in a thread worker (the client is blocking httpx); Esc cancels that
+worker, which closes the stream, and closing the connection is what makes the
+daemon cancel the generation. Failures become notifications with a way back
+(ctrl+r), never a crash.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Footer, Markdown
+from textual.widgets.markdown import MarkdownStream
+from textual.worker import get_current_worker
+
+from localspec.client import Client, Health
+from localspec.errors import DaemonError, LocalspecError
+from localspec.paths import Paths
+from localspec.settings import Settings
+from localspec.types import ChatMessage, Method, SpecParams, TokenChunk
+from tui.chats import Chat, ChatStore
+from tui.chunk_buffer import ChunkBuffer
+from tui.commands import ChatCommands
+from tui.connection import Connection, SessionDaemon
+from tui.live_stats import LiveStats
+from tui.messages import DaemonLost, DaemonReady, DaemonStatus, ReplyChunks, ReplyDone, ReplyFailed
+from tui.screens.chat_picker import ChatPickerScreen
+from tui.screens.help import HelpScreen
+from tui.screens.models import ModelsScreen
+from tui.screens.system_prompt import SystemPromptScreen
+from tui.widgets.chat_log import ChatLog
+from tui.widgets.message_view import MessageView
+from tui.widgets.prompt_input import PromptInput
+from tui.widgets.stats_bar import StatsBar
+
+DEFAULT_MAX_TOKENS = 1024
+TICK_S = 0.25  # stats bar refresh while a reply streams
+MEMORY_EVERY_S = 2.0
+RECOVER_HINT = "ctrl+r reconnects (or restarts the daemon)"
+
+
+@dataclass
+class Reply:
+    """The reply being streamed: where it is shown and what has arrived."""
+
+    id: int
+    view: MessageView
+    stream: MarkdownStream
+    live: LiveStats
+    buffer: ChunkBuffer = field(default_factory=ChunkBuffer)
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class ChatApp(App[None]):
+    """localspec chat."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "localspec chat"
+    COMMANDS = App.COMMANDS | {ChatCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+n", "new_chat", "New"),
+        Binding("ctrl+o", "open_chat", "Open"),
+        Binding("ctrl+t", "system_prompt", "System", show=False),
+        Binding("ctrl+r", "retry", "Retry", show=False),
+        Binding("f1", "help", "Help"),
+    ]
+    KEYS = (
+        ("enter", "send the message"),
+        ("ctrl+j / shift+enter", "new line in the message"),
+        ("escape", "stop the reply being generated"),
+        ("ctrl+n", "new chat (this one stays saved)"),
+        ("ctrl+o", "resume a saved chat"),
+        ("ctrl+t", "edit the system prompt"),
+        ("ctrl+r", "retry the last message, or reconnect the daemon"),
+        ("ctrl+p", "command palette: method, k, models, chats"),
+        ("f1", "this help"),
+        ("ctrl+q", "quit (a daemon started for this chat stops too)"),
+    )
+
+    def __init__(
+        self,
+        settings: Settings,
+        connection: Connection,
+        store: ChatStore,
+        chat: Chat,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        pick_chat: bool = False,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.connection = connection
+        self.store = store
+        self.chat = chat
+        self.max_tokens = max_tokens
+        self.pick_chat = pick_chat
+        self.health: Health | None = None
+        self.method: Method = settings.method
+        self.k = settings.k
+        self.reply: Reply | None = None
+        self.last_live: LiveStats | None = None
+        self.memory: int | None = None
+        self._reply_ids = 0
+        self._memory_at = 0.0
+        self._resend_when_ready = False
+
+    # --- layout and start ---------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield ChatLog(id="chat-log")
+        yield StatsBar(id="stats")
+        yield PromptInput(id="prompt")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        await self._show_chat()
+        self.query_one(PromptInput).focus()
+        self.set_interval(TICK_S, self._tick)
+        self.connect()
+        if self.pick_chat:
+            self.action_open_chat()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop" and not self.generating:
+            return None  # shown dimmed in the footer: nothing to stop
+        return True
+
+    @property
+    def generating(self) -> bool:
+        return self.reply is not None
+
+    @property
+    def chat_log(self) -> ChatLog:
+        return self.query_one(ChatLog)
+
+    @property
+    def stats_bar(self) -> StatsBar:
+        return self.query_one(StatsBar)
+
+    async def _show_chat(self) -> None:
+        await self.chat_log.clear()
+        if self.chat.system_prompt:
+            await self.chat_log.add("system", self.chat.system_prompt)
+        for message in self.chat.messages:
+            await self.chat_log.add(message.role, message.content)
+        self.sub_title = self.chat.title if self.chat.messages else ""
+
+    # --- the daemon ---------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="connect")
+    def connect(self) -> None:
+        worker = get_current_worker()
+        try:
+            health = self.connection.wait_ready(
+                lambda text: self.post_message(DaemonStatus(text)), lambda: worker.is_cancelled
+            )
+        except LocalspecError as exc:
+            self.post_message(DaemonLost(exc))
+            return
+        if health is not None:
+            self.post_message(DaemonReady(health))
+
+    @work(thread=True, exclusive=True, group="connect")
+    def recover(self, target: Path | None = None) -> None:
+        """Get a daemon back (or serve another target), then connect again."""
+        self.post_message(DaemonStatus("reconnecting…"))
+        try:
+            if target is not None:
+                self.connection.switch_target(target)
+            else:
+                self.connection.recover()
+        except LocalspecError as exc:
+            self.post_message(DaemonLost(exc))
+            return
+        self.call_from_thread(self.connect)
+
+    def on_daemon_status(self, message: DaemonStatus) -> None:
+        self.stats_bar.show_status(f"{message.text} — {self.connection.describe()}")
+
+    def on_daemon_ready(self, message: DaemonReady) -> None:
+        first = self.health is None and self.last_live is None
+        self.health = message.health
+        if first and self.connection.session is None:
+            # A shared daemon: its own defaults, unless the user gave a method or k on the command line.
+            self.method = self.settings.method if "method" in self.settings.model_fields_set else "auto"
+            self.k = self.settings.k if "k" in self.settings.model_fields_set else message.health.k or self.k
+        self.notify(f"connected to {self.connection.describe()}", title="ready", timeout=4)
+        self._update_stats()
+        if self._resend_when_ready:
+            self._resend_when_ready = False
+            self.call_later(self.action_retry)
+
+    def on_daemon_lost(self, message: DaemonLost) -> None:
+        self.health = None
+        self.stats_bar.show_status(f"no daemon: {RECOVER_HINT}")
+        self.notify(f"{message.error.message}\n{RECOVER_HINT}", title="daemon", severity="error", timeout=30)
+
+    # --- sending and streaming ----------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    async def send(self, event: PromptInput.Submitted) -> None:
+        if self.generating:
+            self.notify("a reply is still streaming: Esc stops it", severity="warning")
+            return
+        if self.health is None:
+            self.notify(f"the daemon is not ready yet; {RECOVER_HINT}", severity="warning")
+            return
+        event.prompt_input.clear()
+        self.chat.messages.append(ChatMessage("user", event.text))
+        self.sub_title = self.chat.title
+        self.store.save(self.chat)
+        await self.chat_log.add("user", event.text)
+        await self.start_reply()
+
+    async def start_reply(self) -> None:
+        self._reply_ids += 1
+        view = await self.chat_log.add("assistant")
+        live = LiveStats(time.monotonic())
+        self.reply = Reply(self._reply_ids, view, Markdown.get_stream(view), live)
+        self.last_live = live
+        spec = SpecParams(self.method, self.k)
+        self.stream_reply(self.reply.id, self.reply.buffer, self.chat.request_messages(), spec)
+        self.refresh_bindings()
+        self._update_stats()
+
+    @work(thread=True, exclusive=True, group="reply")
+    def stream_reply(
+        self, reply_id: int, buffer: ChunkBuffer, messages: list[ChatMessage], spec: SpecParams
+    ) -> None:
+        worker = get_current_worker()
+        events = self.connection.client.chat_stream(messages, max_tokens=self.max_tokens, speculative=spec)
+        try:
+            for event in events:
+                if worker.is_cancelled:
+                    return
+                if isinstance(event, TokenChunk):
+                    if buffer.put(event, time.monotonic()):
+                        self.post_message(ReplyChunks(reply_id))
+                else:
+                    self.post_message(ReplyDone(reply_id, event))
+        except LocalspecError as exc:
+            self.post_message(ReplyFailed(reply_id, exc))
+        except Exception as exc:  # the edge: a bug or a garbled stream is a notification, not a crash
+            self.post_message(ReplyFailed(reply_id, DaemonError(f"{type(exc).__name__}: {exc}")))
+        finally:
+            events.close()  # closes the connection: the daemon cancels the generation within one step
+
+    async def on_reply_chunks(self, message: ReplyChunks) -> None:
+        if self.reply is not None and self.reply.id == message.reply_id:
+            await self._take_chunks(self.reply)
+
+    async def _take_chunks(self, reply: Reply) -> None:
+        texts = []
+        for chunk, at in reply.buffer.take():
+            texts.append(chunk.text)
+            reply.live.add(len(chunk.token_ids), chunk.from_draft, at)
+        reply.parts.extend(texts)
+        await reply.stream.write("".join(texts))
+
+    async def on_reply_done(self, message: ReplyDone) -> None:
+        if self.reply is not None and self.reply.id == message.reply_id:
+            await self._take_chunks(self.reply)
+            self.reply.live.finish(message.result.stats)
+            await self._end_reply(None)
+
+    async def on_reply_failed(self, message: ReplyFailed) -> None:
+        if self.reply is None or self.reply.id != message.reply_id:
+            return
+        await self._end_reply("failed")
+        error = message.error
+        if isinstance(error, DaemonError):
+            self.health = None
+            self.stats_bar.show_status(f"daemon lost: {RECOVER_HINT}")
+            self.notify(f"{error.message}\n{RECOVER_HINT}", title="daemon", severity="error", timeout=30)
+        else:
+            self.notify(error.message, title="request failed", severity="error", timeout=15)
+
+    async def _end_reply(self, note: str | None) -> None:
+        reply, self.reply = self.reply, None
+        if reply is None:
+            return
+        await self._take_chunks(reply)
+        await reply.stream.stop()
+        if note is not None:
+            reply.view.mark(note)
+        if reply.text:
+            self.chat.messages.append(ChatMessage("assistant", reply.text))
+        elif note is not None:
+            await reply.view.remove()
+        self.store.save(self.chat)
+        self.refresh_bindings()
+        self._update_stats()
+
+    # --- stats --------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._memory_at >= MEMORY_EVERY_S:
+            self._memory_at = now
+            self.memory = self.connection.memory()
+            self._check_session()
+            self._update_stats()
+        elif self.generating:
+            self._update_stats()
+
+    def _check_session(self) -> None:
+        """A daemon this chat started that died while idle is reported at once, not at the next send."""
+        session = self.connection.session
+        if self.health is not None and not self.generating and session is not None and not session.running:
+            self.post_message(DaemonLost(DaemonError("the daemon started for this chat has exited")))
+
+    def _update_stats(self) -> None:
+        if self.health is None:
+            return
+        self.stats_bar.show(
+            live=self.last_live,
+            now=time.monotonic(),
+            method=self.method,
+            k=self.k,
+            memory=self.memory,
+            health=self.health,
+        )
+
+    # --- actions ------------------------------------------------------------------------
+
+    async def action_stop(self) -> None:
+        """Esc: stop the reply; what arrived so far stays in the chat."""
+        if self.reply is None:
+            return
+        self.workers.cancel_group(self, "reply")
+        await self._end_reply("stopped")
+
+    async def action_new_chat(self) -> None:
+        await self.action_stop()
+        self.chat = Chat.new(self.chat.system_prompt)
+        self.last_live = None
+        await self._show_chat()
+        self._update_stats()
+        self.notify("new chat")
+
+    def action_open_chat(self) -> None:
+        self.push_screen(ChatPickerScreen(self.store.saved()), self._open_chat)
+
+    async def _open_chat(self, chat_id: str | None) -> None:
+        if chat_id is None:
+            return
+        await self.action_stop()
+        try:
+            self.chat = self.store.load(chat_id)
+        except LocalspecError as exc:
+            self.notify(exc.message, severity="error")
+            return
+        self.last_live = None
+        await self._show_chat()
+        self.notify(f"resumed {self.chat.id}")
+
+    def action_system_prompt(self) -> None:
+        self.push_screen(SystemPromptScreen(self.chat.system_prompt), self._set_system_prompt)
+
+    async def _set_system_prompt(self, prompt: str | None) -> None:
+        if prompt is None or prompt == self.chat.system_prompt:
+            return
+        self.chat.system_prompt = prompt
+        self.store.save(self.chat)
+        if not self.generating:
+            await self._show_chat()
+        self.notify("system prompt set" if prompt else "system prompt cleared")
+
+    async def action_retry(self) -> None:
+        """Reconnect when the daemon is gone; else answer the last user message again."""
+        if self.generating:
+            return
+        if self.health is None:
+            self._resend_when_ready = bool(self.chat.messages)
+            self.recover()
+            return
+        if self.chat.messages and self.chat.messages[-1].role == "assistant":
+            self.chat.messages.pop()
+            views = self.chat_log.views
+            if views and views[-1].role == "assistant":
+                await views[-1].remove()
+        if self.chat.messages and self.chat.messages[-1].role == "user":
+            await self.start_reply()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.KEYS))
+
+    def action_models(self) -> None:
+        screen = ModelsScreen(self.health, self.settings.draft, self.connection.started_here)
+        self.push_screen(screen, self._switch_model)
+
+    def _switch_model(self, target: Path | None) -> None:
+        if target is None:
+            return
+        self.health = None
+        self.notify(f"restarting the daemon with {target.name}")
+        self.recover(target)
+
+    def set_method(self, method: Method) -> None:
+        self.method = method
+        available = self.health.methods if self.health is not None else ()
+        if method not in ("auto", "none") and method not in available:
+            self.notify(f"{method} is not loaded on this daemon; it will fall back", severity="warning")
+        self._update_stats()
+
+    def set_k(self, k: int) -> None:
+        self.k = k
+        self._update_stats()
+
+
+def make_app(
+    settings: Settings,
+    client: Client,
+    *,
+    session: SessionDaemon | None = None,
+    store: ChatStore | None = None,
+    resume: str | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> ChatApp:
+    """The chat app on `client`; `session` is a daemon the caller started for it (restartable).
+
+    `resume` names a saved chat (id or unique prefix); "" opens the list to pick from.
+    """
+    store = store or ChatStore(Paths.from_env().chats_dir)
+    chat = store.load(resume) if resume else Chat.new()
+    connection = Connection(client, settings, session)
+    return ChatApp(settings, connection, store, chat, max_tokens=max_tokens, pick_chat=resume == "")

@@ -1,0 +1,1 @@
+"""The chat's modal screens, one per module."""

@@ -1,0 +1,86 @@
+"""The live stats bar: speed, time to first token, speculation figures, models, memory, a sparkline."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from localspec.client import Health
+from tui.live_stats import LiveStats
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "mem ?"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GB"
+    return f"{n / (1 << 20):.0f} MB"
+
+
+def _rate(tps: float) -> str:
+    return f"{tps:.0f} tok/s" if tps >= 100 else f"{tps:.1f} tok/s"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def speed_line(live: LiveStats | None, now: float, method: str, k: int, memory: int | None) -> str:
+    """Line one: what the current (or last) reply does, or the defaults before the first one."""
+    mem = format_bytes(memory)
+    if live is None:
+        return f"ready · {method} k={k} · {mem}"
+    ttft = live.ttft_s
+    ttft_text = "TTFT …" if ttft is None else f"TTFT {_duration(ttft)}"
+    if live.final is None:
+        now_tps = live.tokens_per_second_now(now)
+        parts = [_rate(now_tps), f"avg {live.tokens_per_second_avg():.0f}", ttft_text]
+        parts += [f"{method} k={k}", f"from draft {live.draft_share:.0%}", mem]
+        return " · ".join(parts)
+    stats = live.final
+    parts = [_rate(stats.tokens_per_second), ttft_text, f"{stats.method} k={stats.k}"]
+    if stats.drafted:
+        parts += [f"accept {stats.acceptance_rate:.0%}", f"mean len {stats.mean_accepted_length:.2f}"]
+    parts.append(mem)
+    return " · ".join(parts)
+
+
+def models_line(health: Health | None) -> str:
+    """Line two: what the daemon serves."""
+    if health is None or not health.ready:
+        return "target … · draft …"
+    draft = health.draft or (f"none ({health.draft_error})" if health.draft_error else "none")
+    return f"target {health.model or health.target} · draft {draft}"
+
+
+class StatsBar(Vertical):
+    """Two lines under the conversation; the sparkline plots tokens/s over the current reply."""
+
+    speed_text = "connecting…"
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.speed_text, id="stats-speed")
+        with Horizontal(id="stats-row"):
+            yield Static("", id="stats-models")
+            yield Sparkline([], id="stats-spark")
+
+    def show_status(self, text: str) -> None:
+        """Before the daemon is ready, line one says what is happening."""
+        self.speed_text = text
+        self.query_one("#stats-speed", Static).update(text)
+
+    def show(
+        self,
+        *,
+        live: LiveStats | None,
+        now: float,
+        method: str,
+        k: int,
+        memory: int | None,
+        health: Health | None,
+    ) -> None:
+        self.speed_text = speed_line(live, now, method, k, memory)
+        self.query_one("#stats-speed", Static).update(self.speed_text)
+        self.query_one("#stats-models", Static).update(models_line(health))
+        self.query_one("#stats-spark", Sparkline).data = live.series() if live is not None else []
