@@ -29,11 +29,11 @@ import uvicorn
 from localspec.api import make_app
 from localspec.api_bridge import ApiConfig, ServerState
 from localspec.api_security import DEFAULT_MAX_BODY_BYTES
-from localspec.backend import LoadOptions
 from localspec.engine import Engine, EngineConfig, ProgressFn
-from localspec.errors import ConfigError, DaemonError, LocalspecError, ModelFileError
+from localspec.errors import ConfigError, DaemonError, LocalspecError
 from localspec.paths import Paths
 from localspec.pidfile import PidLock, pid_file_for
+from localspec.resolve import engine_config
 from localspec.settings import Settings
 
 log = logging.getLogger("localspec.daemon")
@@ -82,53 +82,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def default_models(settings: Settings, paths: Paths) -> tuple[Path, Path | None]:
-    """The target and draft to load: the settings', else the catalog's defaults in the models folder."""
-    if settings.target is not None:
-        return settings.target, settings.draft
-    from localspec.catalog import load_catalog
-
-    catalog = load_catalog()
-    target = paths.models_dir / catalog.get(catalog.default_target).file
-    if not target.is_file():
-        raise ModelFileError(
-            f"no --target given and the default model {target.name} is not in {paths.models_dir}; "
-            "run scripts/fetch-models or pass --target FILE"
-        )
-    draft = settings.draft
-    if draft is None:
-        candidate = paths.models_dir / catalog.get(catalog.default_draft).file
-        draft = candidate if candidate.is_file() else None
-    return target, draft
-
-
 def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool = True) -> DaemonConfig:
     """Resolve settings into a DaemonConfig; refuses a network-facing listener without a token."""
     paths = Paths.from_env()
-    target, draft = default_models(settings, paths)
     tcp = parse_tcp(settings.tcp) if settings.tcp else None
     if tcp is not None and not is_loopback(tcp[0]) and not settings.token:
         raise ConfigError(
             f"--tcp {tcp[0]} is reachable from other machines; set a token (--token or LOCALSPEC_TOKEN) "
             "or listen on 127.0.0.1"
         )
-    load = LoadOptions(
-        n_ctx=settings.n_ctx,
-        n_threads=settings.threads,
-        gpu_layers=settings.gpu_layers,
-        kv_type=settings.kv_type,
-    )
-    engine = EngineConfig(
-        target=target,
-        draft=draft,
-        method=settings.method,
-        k=settings.k,
-        load=load,
-        draft_gpu_layers=settings.draft_gpu_layers,
-        queue_size=settings.queue_size,
-    )
     return DaemonConfig(
-        engine=engine,
+        engine=engine_config(settings, paths),
         socket_path=settings.socket or paths.socket_path,
         tcp=tcp,
         token=settings.token,
