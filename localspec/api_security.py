@@ -22,33 +22,9 @@ from urllib.parse import urlsplit
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localspec.errors import LocalspecError
+from localspec.errors import ForbiddenError, LocalspecError, PayloadTooLargeError, UnauthorizedError
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-
-
-class ForbiddenError(LocalspecError):
-    """A request from a place the daemon does not serve (foreign Host or Origin)."""
-
-    http_status = 403
-    error_type = "permission_error"
-    code = "forbidden"
-
-
-class UnauthorizedError(LocalspecError):
-    """A TCP request without the configured bearer token."""
-
-    http_status = 401
-    error_type = "authentication_error"
-    code = "invalid_api_key"
-
-
-class PayloadTooLargeError(LocalspecError):
-    """A request body over the size limit."""
-
-    http_status = 413
-    error_type = "invalid_request_error"
-    code = "body_too_large"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from pathlib import Path
 
 from localspec.errors import DaemonError
@@ -84,3 +85,17 @@ def daemon_pid(pid_file: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def listening(socket_path: Path) -> bool:
+    """Whether a server accepts on the unix socket `socket_path`.
+
+    Probed with a socket closed here: httpcore leaks the socket of a refused unix connect, and a
+    daemon that has bound its socket but not yet listens (or a crashed one's file) refuses.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(socket_path))
+        except OSError:
+            return False
+    return True

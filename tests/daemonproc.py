@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from localspec.client import Client
+from localspec.pidfile import listening
 
 START_TIMEOUT_S = 90.0  # a busy 2-core CI machine imports llama.cpp slowly
 # A greedy chat that the tiny target continues until the context is full (no EOS): a long generation.
@@ -130,16 +131,6 @@ def wait_ready(daemon: Daemon, timeout: float = START_TIMEOUT_S) -> None:
         time.sleep(0.05)
     daemon.stop(signal.SIGKILL)
     raise AssertionError(f"the daemon was not ready within {timeout}s:\n{daemon.log()}")
-
-
-def listening(path: Path) -> bool:
-    """Probe with a socket we close ourselves: httpcore leaks the socket of a refused unix connect."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 def run_cli(home: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

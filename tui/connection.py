@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import psutil
 from localspec.client import Client, Health
 from localspec.errors import DaemonError
 from localspec.paths import Paths
-from localspec.pidfile import daemon_pid, pid_file_for
+from localspec.pidfile import daemon_pid, listening, pid_file_for
 from localspec.settings import Settings
 
 STOP_TIMEOUT_S = 10.0
@@ -36,20 +35,6 @@ def read_pid(socket_path: Path) -> int | None:
     """The pid of the daemon serving `socket_path`, from the pidfile it holds locked."""
     pid = daemon_pid(pid_file_for(socket_path))
     return pid or None  # 0: locked but not yet written (starting up)
-
-
-def listening(path: Path) -> bool:
-    """Whether a server accepts on the unix socket `path`.
-
-    Probed with a socket closed here: httpcore leaks the socket of a refused unix connect, and a
-    daemon that has bound its socket but not yet listens (or a crashed one's file) refuses.
-    """
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 def memory_bytes(pid: int | None) -> int | None:
