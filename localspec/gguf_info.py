@@ -1,10 +1,9 @@
 """What a GGUF file says about itself: metadata, tokenizer and tensor sizes, never its weights.
 
-`read_gguf_info` memory-maps the file with `gguf.GGUFReader` and touches only the
-header, so a 10 GB model costs what its metadata costs. Parsing a 150k-token
-vocabulary still takes seconds, so infos and token lists are cached on disk under
-the cache dir, keyed by (resolved path, size, mtime_ns): a second scan of a folder
-of models only stats the files.
+`read_gguf_info` reads only the header (`gguf_header`, a struct reader over a
+memory map), so a 10 GB model costs what its metadata costs: about 0.1 s for a
+150k-token vocabulary. Infos and token lists are also cached on disk
+(`gguf_cache`), so a second scan of a folder of models only stats the files.
 """
 
 from __future__ import annotations
@@ -13,27 +12,20 @@ import dataclasses
 import functools
 import hashlib
 import importlib.util
-import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from localspec.errors import ModelFileError, UnsupportedModelError
+from localspec.gguf_cache import GGUFCache, cache_key
+from localspec.gguf_header import TensorEntry, ggml_type_name, read_header
 from localspec.paths import Paths
 
-if TYPE_CHECKING:
-    from gguf import GGUFReader
-
 GGUF_MAGIC = b"GGUF"
-# Bump when GGUFInfo or the cached token format changes, so old cache entries are ignored.
-CACHE_VERSION = 1
 FINGERPRINT_HEX = 16
-# Metadata arrays longer than this (token lists, merges, scores) are skipped when
-# collecting scalars; per-layer arrays such as head counts stay well below it.
-_SMALL_ARRAY = 4096
 
 # fmt: off
 # tokenizer.ggml.model -> llama.cpp's vocab type (llama-vocab.cpp, llama_vocab::impl::load).
@@ -109,6 +101,9 @@ class GGUFInfo:
     non_layer_bytes: int
     token_embd_bytes: int
     output_bytes: int
+    # Bytes of the blocks' weight matrices by ggml type, (("Q4_K", n), ...): llama.cpp's CPU
+    # backend copies some types into an interleaved layout, and the planner counts those copies.
+    block_matrix_bytes: tuple[tuple[str, int], ...] = ()
 
     @property
     def has_fim(self) -> bool:
@@ -125,6 +120,7 @@ class GGUFInfo:
         data = dataclasses.asdict(self)
         data["path"] = str(self.path)
         data["layer_bytes"] = list(self.layer_bytes)
+        data["block_matrix_bytes"] = [list(pair) for pair in self.block_matrix_bytes]
         return data
 
     @classmethod
@@ -133,6 +129,9 @@ class GGUFInfo:
         values = {k: v for k, v in data.items() if k in names}
         values["path"] = Path(values["path"])
         values["layer_bytes"] = tuple(values["layer_bytes"])
+        values["block_matrix_bytes"] = tuple(
+            (str(t), int(n)) for t, n in values.get("block_matrix_bytes", ())
+        )
         return cls(**values)
 
 
@@ -144,19 +143,19 @@ def llama_vocab_type(tokenizer_model: str) -> str:
 def read_gguf_info(path: str | os.PathLike[str], *, cache_dir: Path | None = None) -> GGUFInfo:
     """Describe the GGUF at `path` (cached); ModelFileError or UnsupportedModelError when unusable."""
     file, st = _check_file(Path(path))
-    cache = _Cache(cache_dir or Paths.from_env().cache_dir)
-    key = _cache_key(file, st)
-    info = cache.load_info(key)
+    cache = GGUFCache(cache_dir or Paths.from_env().cache_dir)
+    key = cache_key(file, st)
+    info = _from_cache(cache.load_info(key))
     if info is None:
         info, tokens = _parse(file, st)
-        cache.store(key, info, tokens)
+        cache.store(key, info.to_dict(), info.tokenizer_fingerprint, tokens)
     _check_supported(info)
     return info
 
 
 def read_tokens(info: GGUFInfo, *, cache_dir: Path | None = None) -> list[str]:
     """The token texts of `info`'s vocabulary, by id (cached by tokenizer fingerprint)."""
-    cache = _Cache(cache_dir or Paths.from_env().cache_dir)
+    cache = GGUFCache(cache_dir or Paths.from_env().cache_dir)
     tokens = cache.load_tokens(info.tokenizer_fingerprint)
     if tokens is not None:
         return tokens
@@ -164,8 +163,17 @@ def read_tokens(info: GGUFInfo, *, cache_dir: Path | None = None) -> list[str]:
     fresh, tokens = _parse(file, st)
     if fresh.tokenizer_fingerprint != info.tokenizer_fingerprint:
         raise ModelFileError(f"{file}: the file changed since it was read; read it again")
-    cache.store(_cache_key(file, st), fresh, tokens)
+    cache.store(cache_key(file, st), fresh.to_dict(), fresh.tokenizer_fingerprint, tokens)
     return tokens
+
+
+def _from_cache(data: Mapping[str, Any] | None) -> GGUFInfo | None:
+    if data is None:
+        return None
+    try:
+        return GGUFInfo.from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        return None  # an entry from another layout: parse the file again
 
 
 def _check_file(path: Path) -> tuple[Path, os.stat_result]:
@@ -189,31 +197,17 @@ def _check_file(path: Path) -> tuple[Path, os.stat_result]:
     return file, st
 
 
-def _open_reader(file: Path) -> GGUFReader:
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(file)
-    except (ValueError, IndexError, KeyError, OverflowError, TypeError):
-        # The reader fails on a short read (numpy reshape or index errors); a person needs the verdict.
-        size = file.stat().st_size
-        raise ModelFileError(
-            f"{file}: truncated or corrupt GGUF ({size:,} bytes); download it again"
-        ) from None
-    return reader
-
-
 def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
-    reader = _open_reader(file)
-    meta = _scalars(reader)
+    header = read_header(file)
+    meta = header.metadata
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(f"{file}: has no general.architecture; not a model (a split part?)")
     if meta.get("general.type") == "adapter":
         raise UnsupportedModelError(f"{file}: is a LoRA adapter, not a model")
-    tokens = _token_texts(reader)
+    tokens = header.tokens
     tok = _tokenizer(meta, tokens)
-    tensors = _tensor_sizes(reader)
+    tensors = _tensor_sizes(header.tensors)
     n_embd = _int(meta, f"{arch}.embedding_length")
     n_head = _int(meta, f"{arch}.attention.head_count")
     head_dim = n_embd // n_head if n_head else 0
@@ -235,34 +229,10 @@ def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
         non_layer_bytes=tensors.non_layer_bytes,
         token_embd_bytes=tensors.token_embd_bytes,
         output_bytes=tensors.output_bytes,
+        block_matrix_bytes=tensors.block_matrix_bytes,
         **tok,
     )
     return info, tokens
-
-
-def _scalars(reader: GGUFReader) -> dict[str, Any]:
-    """Every metadata value except the big arrays (token lists, merges, scores)."""
-    from gguf import GGUFValueType
-
-    out: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if not field.types:
-            continue
-        if field.types[0] == GGUFValueType.ARRAY and len(field.data) > _SMALL_ARRAY:
-            continue
-        try:
-            out[key] = field.contents()
-        except (UnicodeDecodeError, ValueError, IndexError):
-            continue  # a malformed optional value should not hide the rest of the header
-    return out
-
-
-def _token_texts(reader: GGUFReader) -> list[str]:
-    field = reader.fields.get("tokenizer.ggml.tokens")
-    if field is None:
-        return []
-    # surrogateescape keeps byte-level tokens that are not valid UTF-8 distinct and round-trippable.
-    return [field.parts[i].tobytes().decode("utf-8", "surrogateescape") for i in field.data]
 
 
 def _int(meta: Mapping[str, Any], key: str) -> int:
@@ -350,21 +320,26 @@ class _TensorSizes:
     token_embd_bytes: int
     output_bytes: int
     dominant_type: str
+    block_matrix_bytes: tuple[tuple[str, int], ...]
 
 
-def _tensor_sizes(reader: GGUFReader) -> _TensorSizes:
+def _tensor_sizes(tensors: Sequence[TensorEntry]) -> _TensorSizes:
     """Bytes per transformer block and outside them, which the memory planner splits across devices."""
     layers: dict[int, int] = {}
     by_type: dict[str, int] = {}
+    matrices: dict[str, int] = {}
     n_params = non_layer = embd = output = 0
-    for t in reader.tensors:
-        n_bytes = int(t.n_bytes)
-        n_params += int(t.n_elements)
-        by_type[t.tensor_type.name] = by_type.get(t.tensor_type.name, 0) + n_bytes
+    for t in tensors:
+        n_bytes = t.n_bytes
+        n_params += t.n_elements
+        type_name = ggml_type_name(t.ggml_type)
+        by_type[type_name] = by_type.get(type_name, 0) + n_bytes
         match = _LAYER_TENSOR.match(t.name)
         if match:
             index = int(match.group(1))
             layers[index] = layers.get(index, 0) + n_bytes
+            if len(t.shape) >= 2:
+                matrices[type_name] = matrices.get(type_name, 0) + n_bytes
             continue
         non_layer += n_bytes
         if t.name == "token_embd.weight":
@@ -380,6 +355,7 @@ def _tensor_sizes(reader: GGUFReader) -> _TensorSizes:
         token_embd_bytes=embd,
         output_bytes=output,
         dominant_type=dominant,
+        block_matrix_bytes=tuple(sorted(matrices.items())),
     )
 
 
@@ -436,55 +412,3 @@ def _check_supported(info: GGUFInfo) -> None:
         )
     if info.vocab_size == 0:
         raise UnsupportedModelError(f"{info.path}: has no tokenizer vocabulary, so it cannot generate text")
-
-
-def _cache_key(file: Path, st: os.stat_result) -> str:
-    raw = f"v{CACHE_VERSION}\0{file}\0{st.st_size}\0{st.st_mtime_ns}"
-    return hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
-class _Cache:
-    """Infos by file key and token lists by fingerprint, as JSON files written atomically.
-
-    A cache that cannot be read or written only costs speed, so its errors are swallowed.
-    """
-
-    def __init__(self, cache_dir: Path) -> None:
-        self.root = cache_dir / "gguf" / f"v{CACHE_VERSION}"
-
-    def load_info(self, key: str) -> GGUFInfo | None:
-        data = self._load(self.root / "info" / f"{key}.json")
-        if not isinstance(data, dict):
-            return None
-        try:
-            return GGUFInfo.from_dict(data)
-        except (KeyError, TypeError, ValueError):
-            return None
-
-    def load_tokens(self, fingerprint: str) -> list[str] | None:
-        data = self._load(self.root / "tokens" / f"{fingerprint}.json")
-        return data if isinstance(data, list) else None
-
-    def store(self, key: str, info: GGUFInfo, tokens: list[str]) -> None:
-        tokens_file = self.root / "tokens" / f"{info.tokenizer_fingerprint}.json"
-        if not tokens_file.is_file():
-            self._write(tokens_file, tokens)
-        self._write(self.root / "info" / f"{key}.json", info.to_dict())
-
-    @staticmethod
-    def _load(file: Path) -> Any:
-        try:
-            return json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-
-    @staticmethod
-    def _write(file: Path, data: Any) -> None:
-        tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-        try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            # ensure_ascii escapes lone surrogates, which plain UTF-8 could not encode.
-            tmp.write_text(json.dumps(data, ensure_ascii=True), encoding="utf-8")
-            os.replace(tmp, file)
-        except OSError:
-            tmp.unlink(missing_ok=True)

@@ -46,7 +46,7 @@ def test_models_json_on_the_real_models(
     for path in (qwen_target, qwen_draft, gemma, smollm):
         (isolated / path.name).symlink_to(path)
         read_gguf_info(path, cache_dir=shared_cache(tmp_path_factory))
-    # Start from the session's warm cache: a cold parse of the four takes ~30 s on two cores.
+    # Start from the session's warm cache (a cold parse of the four takes about a second).
     shutil.copytree(shared_cache(tmp_path_factory), localspec_home / "cache")
 
     result = run("models", "--json")

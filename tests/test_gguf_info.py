@@ -20,7 +20,7 @@ from localspec.gguf_info import GGUFInfo, llama_cpp_knows, read_gguf_info, read_
 def shared_cache(factory: pytest.TempPathFactory) -> Path:
     """One cache folder for the whole session, shared by every test module that reads the real models.
 
-    The first read of a 150k-token model parses it for real (seconds); later reads hit this cache.
+    The first read of a 150k-token model parses its header (~0.2 s); later reads hit this cache.
     """
     folder = factory.getbasetemp() / "real-model-gguf-cache"
     folder.mkdir(exist_ok=True)
@@ -295,3 +295,61 @@ def test_second_scan_of_the_real_models_is_fast(
     for path in paths:
         read_gguf_info(path, cache_dir=real_cache)
     assert time.perf_counter() - start < 1.0
+
+
+# The header reader against gguf's own GGUFReader.
+
+
+def test_header_reader_agrees_with_gguf_reader(tmp_path: Path) -> None:
+    from localspec.gguf_header import SMALL_ARRAY, read_header
+
+    path = tinymodels.write_tiny_model(tmp_path / "m.gguf", dtype="q8_0", per_layer_arrays=True)
+    header = read_header(path)
+    reader = gguf.GGUFReader(path)
+    assert header.tokens == list(tinymodels.build_vocab().tokens)
+    expected = {
+        key: field.contents()
+        for key, field in reader.fields.items()
+        if key != "tokenizer.ggml.tokens" and not key.startswith("GGUF.") and len(field.data) <= SMALL_ARRAY
+    }
+    assert header.metadata == expected
+    assert [(t.name, t.ggml_type, t.n_elements, t.n_bytes) for t in header.tensors] == [
+        (t.name, int(t.tensor_type), int(t.n_elements), int(t.n_bytes)) for t in reader.tensors
+    ]
+    assert header.data_offset == reader.data_offset
+
+
+def test_big_endian_file(tmp_path: Path) -> None:
+    path = tmp_path / "be.gguf"
+    writer = gguf.GGUFWriter(path, "llama", endianess=gguf.GGUFEndian.BIG)
+    writer.add_block_count(1)
+    writer.add_context_length(128)
+    writer.add_embedding_length(8)
+    writer.add_head_count(2)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list([f"t{i}" for i in range(12)])
+    writer.add_tensor("token_embd.weight", np.zeros((12, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    info = read_gguf_info(path)
+    assert (info.n_ctx_train, info.n_embd, info.vocab_size, info.non_layer_bytes) == (128, 8, 12, 12 * 8 * 4)
+
+
+def test_unknown_version_is_corrupt(tiny_target: Path, tmp_path: Path) -> None:
+    data = bytearray(tiny_target.read_bytes())
+    data[4:8] = (99).to_bytes(4, "little")
+    path = tmp_path / "v99.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelFileError, match="truncated or corrupt"):
+        read_gguf_info(path)
+
+
+@pytest.mark.slow
+def test_first_read_of_a_big_vocabulary_is_fast(qwen_target: Path, tmp_path: Path) -> None:
+    # gguf.GGUFReader took 8-15 s for this file on two cores; the struct reader takes ~0.2 s.
+    start = time.perf_counter()
+    info = read_gguf_info(qwen_target, cache_dir=tmp_path / "cold")
+    assert time.perf_counter() - start < 3.0
+    assert info.vocab_size == 151936
