@@ -69,13 +69,20 @@ def load_settings(**overrides: Any) -> Settings:
 
 
 def save_settings(values: dict[str, Any], paths: Paths | None = None) -> Path:
-    """Merge `values` into config.toml (written atomically) and return its path."""
+    """Merge `values` into config.toml (written atomically) and return its path.
+
+    A None value removes the key, so a saved choice without a draft drops an older draft.
+    """
     paths = paths or Paths.from_env()
     path = paths.config_file
     current: dict[str, Any] = {}
     if path.is_file():
         current = tomllib.loads(path.read_text(encoding="utf-8"))
-    current.update({k: (str(v) if isinstance(v, Path) else v) for k, v in values.items() if v is not None})
+    for key, value in values.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = str(value) if isinstance(value, Path) else value
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".toml.tmp")
     tmp.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in sorted(current.items())), encoding="utf-8")
