@@ -72,8 +72,12 @@ def run_bench(
 def _fastest(
     engine: Engine, request: GenerationRequest, method: Method, k: int, repeat: int
 ) -> GenerationResult:
+    # Every run evaluates its prompt from scratch, so methods are compared on equal terms.
     spec = GenerationRequest(
-        messages=request.messages, max_tokens=request.max_tokens, speculative=SpecParams(method, k)
+        messages=request.messages,
+        max_tokens=request.max_tokens,
+        speculative=SpecParams(method, k),
+        cache_prompt=False,
     )
     runs = [engine.generate(spec) for _ in range(max(1, repeat))]
     return max(runs, key=lambda r: r.stats.tokens_per_second)

@@ -7,7 +7,7 @@ distribution each was drawn from. A drafter never touches the target's state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -15,9 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.backend import LlamaModel
-from localspec.ngram import NgramIndex
+from localspec.ngram import NgramIndex, NgramMatch
 from localspec.sampling import probabilities, sample
 from localspec.types import SamplingParams
+
+KeepFn = Callable[[int, float], bool]
 
 
 @dataclass
@@ -33,8 +35,12 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
-    def start(self, prompt: Sequence[int]) -> None:
-        """A new request begins with these prompt tokens."""
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
+        """A new request begins with these prompt tokens.
+
+        `fresh` drops what earlier requests left; otherwise (the request reuses the last one's
+        KV cache) `propose` finds what the drafter's state shares with the new tokens.
+        """
 
     def propose(
         self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
@@ -52,20 +58,27 @@ class NgramDrafter:
         self._min_n, self._max_n = min_n, max_n
         self._index = NgramIndex(min_n, max_n)
 
-    def start(self, prompt: Sequence[int]) -> None:
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         self._index = NgramIndex(self._min_n, self._max_n)
         self._index.extend(prompt)
 
     def propose(
         self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
+        match = self.peek(tokens, k)
+        return Draft(match.tokens, [None] * len(match.tokens), evidence=match.match_len)
+
+    def peek(self, tokens: Sequence[int], k: int) -> NgramMatch:
+        """What `propose` would draft now (the same tokens, as a prefix for a smaller k), at no cost.
+
+        The auto policy looks before it chooses: a long match is worth a verify, a short one seldom.
+        """
         known = len(self._index.tokens)
         if tokens[:known] != self._index.tokens:
             self.start(tokens)
         else:
             self._index.extend(tokens[known:])
-        match = self._index.propose(k)
-        return Draft(match.tokens, [None] * len(match.tokens), evidence=match.match_len)
+        return self._index.propose(k)
 
 
 class ModelDrafter:
@@ -81,18 +94,49 @@ class ModelDrafter:
         self.min_confidence = min_confidence
         self._seen: list[int] = []
 
-    def start(self, prompt: Sequence[int]) -> None:
-        self.model.reset()
-        self._seen = []
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
+        if fresh:
+            self.model.reset()
+            self._seen = []
 
     def propose(
         self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        return self._propose(tokens, k, params, rng, None)
+
+    def propose_while(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        keep: KeepFn,
+    ) -> Draft:
+        """As `propose`, but `keep(i, confidence)` decides whether the i-th drafted token is kept.
+
+        Drafting stops at the first token it refuses (min_confidence is not used). Confidence is
+        the top probability of the draft's distribution there (its greedy token's), so the caller
+        can stop where a verify stops paying, without looking at which token a sample drew.
+        """
+        return self._propose(tokens, k, params, rng, keep)
+
+    def lag(self, tokens: Sequence[int]) -> int:
+        """How many tokens the next proposal must feed before its first draft (its catch-up)."""
+        return max(1, len(tokens) - common_prefix(self._seen, tokens))
+
+    def _propose(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        keep: KeepFn | None,
     ) -> Draft:
         draft = Draft()
         k = min(k, self.model.n_ctx - len(tokens) - 1)
         if k <= 0:
             return draft
-        common = _common_prefix(self._seen, tokens)
+        common = common_prefix(self._seen, tokens)
         if common == len(tokens):
             common -= 1  # the last token must be decoded again to get its logits
         self.model.truncate(common)
@@ -102,7 +146,11 @@ class ModelDrafter:
             draft.seconds += self.model.decode(feed, 1)
             self._seen.extend(feed)
             logits = self.model.logits(-1)
-            token, q, confident = self._choose(logits, params, rng)
+            if keep is None:
+                token, q, confident = self._choose(logits, params, rng)
+            else:
+                token, q, confidence = _pick_with_confidence(logits, params, rng)
+                confident = keep(len(draft.tokens), confidence)
             if not confident:
                 break
             draft.tokens.append(token)
@@ -125,7 +173,22 @@ class ModelDrafter:
         return token, q, float(q[token]) >= self.min_confidence
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def _pick_with_confidence(
+    logits: npt.NDArray[np.float32], params: SamplingParams, rng: np.random.Generator
+) -> tuple[int, npt.NDArray[np.float64] | None, float]:
+    # Confidence is the draft distribution's top probability, never the drawn token's: keeping a
+    # sampled token depending on which token was drawn would skew what rejection sampling
+    # proposes, and the output would no longer follow the target's distribution.
+    if params.greedy:
+        token = int(logits.argmax())
+        # float32 is plenty for a stopping rule and several times cheaper than float64 over the vocabulary.
+        return token, None, 1.0 / float(np.exp(logits - logits[token]).sum())
+    q = probabilities(logits, params)
+    return sample(q, rng), q, float(q.max())
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest shared prefix of two token lists."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

@@ -15,14 +15,17 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from localspec.backend import LlamaModel, LoadOptions, gpu_offload_supported
-from localspec.drafters import Drafter, ModelDrafter, NgramDrafter
+from localspec.drafters import Drafter, ModelDrafter, NgramDrafter, common_prefix
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.prompting import prompt_tokens
 from localspec.speculative import FixedPolicy, Generation, Policy
 from localspec.types import GenerationRequest, GenerationResult, Method, TokenChunk
+
+if TYPE_CHECKING:
+    from localspec.auto import OnlineCosts
 
 log = logging.getLogger("localspec.engine")
 
@@ -103,7 +106,9 @@ class Engine:
         self._jobs: queue.Queue[Handle | None] = queue.Queue(maxsize=config.queue_size)
         self._ready = threading.Event()
         self._target: LlamaModel | None = None
+        self._kv_tokens: list[int] = []  # what the target's KV cache holds, position by position
         self._drafters: dict[str, Drafter] = {}
+        self._auto_costs: OnlineCosts | None = None
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -186,6 +191,8 @@ class Engine:
         if cfg.draft is not None:
             self._load_draft(cfg.draft)
         self.info.methods = ["none", *self._drafters, "layerskip", "auto"]
+        if cfg.method == "auto":
+            self._calibrated()  # at load, so the first request does not wait for it
 
     def _load_draft(self, path: Path) -> None:
         from localspec.compat import check_compat
@@ -251,6 +258,8 @@ class Engine:
         req = job.request
         tokens = prompt_tokens(self._target, req)
         policy, method, reason = self._policy(req.speculative.method, req.speculative.k)
+        reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
+        self._kv_tokens = []  # unknown until this request ends cleanly
         gen = Generation(
             self._target,
             tokens,
@@ -261,17 +270,19 @@ class Engine:
             method=method,
             k=req.speculative.k,
             cancel=job.cancelled,
+            reuse=reuse,
         )
         gen.stats.fallback_reason = reason
         for chunk in gen.run():
             job.put(chunk)
         assert gen.result is not None
+        self._kv_tokens = gen.tokens[: self._target.n_past]
         return gen.result
 
     def _policy(self, method: Method, k: int) -> tuple[Policy, str, str | None]:
         """The policy for a request's method; a method that cannot run falls back to `none`, with why."""
         if method == "auto":
-            method = self._auto_method()
+            return self._auto_policy(), "auto", None
         if method == "none":
             return FixedPolicy(None, 0), "none", None
         if method == "layerskip":
@@ -285,9 +296,41 @@ class Engine:
             return FixedPolicy(None, 0), "none", f"{method} unavailable: {why}"
         return FixedPolicy(drafter, k), method, None
 
-    def _auto_method(self) -> Method:
-        # Until the calibrating controller exists: a draft model pays where verifying k tokens
-        # costs about one (a GPU); on a CPU only cheap n-gram drafts can win.
-        if "draft" in self._drafters and self.info.gpu_offload and (self.config.load.gpu_layers or -1) != 0:
-            return "draft"
-        return "ngram"
+    def _auto_policy(self) -> Policy:
+        from localspec.auto import AutoPolicy
+
+        draft = self._drafters.get("draft")
+        # Its own n-gram index, matching up to 8 tokens: the match length is the evidence auto weighs.
+        return AutoPolicy(
+            self._calibrated(),
+            NgramDrafter(min_n=2, max_n=8),
+            draft if isinstance(draft, ModelDrafter) else None,
+        )
+
+    def _calibrated(self) -> OnlineCosts:
+        """The target's and draft's decode curves, measured once per machine (cached on disk)."""
+        if self._auto_costs is None:
+            from localspec.auto import OnlineCosts
+            from localspec.calibrate import DRAFT_SIZES, calibrate
+            from localspec.controller import Curve
+            from localspec.paths import Paths
+
+            assert self._target is not None
+            cache = Paths.from_env().cache_dir
+            draft = self._drafters.get("draft")
+            try:
+                verify = calibrate(self._target, cache, progress=self._report("calibration")).curve
+                draft_curve = None
+                if isinstance(draft, ModelDrafter):
+                    draft_curve = calibrate(
+                        draft.model, cache, sizes=DRAFT_SIZES, progress=self._report("draft calibration")
+                    ).curve
+            except Exception as exc:  # auto must still serve: assume batching gains nothing
+                log.warning("calibration failed, auto will decode plainly: %s", exc)
+                verify, draft_curve = Curve.linear(0.03), None
+            # Calibrating emptied both KV caches: nothing cached from earlier requests is left.
+            self._kv_tokens = []
+            if isinstance(draft, ModelDrafter):
+                draft.start((), fresh=True)
+            self._auto_costs = OnlineCosts(verify, draft_curve)
+        return self._auto_costs

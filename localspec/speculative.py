@@ -110,7 +110,9 @@ class Generation:
         method: str,
         k: int,
         cancel: threading.Event | None = None,
+        reuse: int = 0,
     ) -> None:
+        """`reuse`: leading prompt tokens whose KV the target still holds from the last request."""
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
         self.target = target
@@ -122,7 +124,9 @@ class Generation:
         self.cancel = cancel or threading.Event()
         self.rng = np.random.default_rng(params.seed)
         self.stream = TextStream(stop)
-        self.stats = GenerationStats(method=method, k=k, prompt_tokens=len(prompt))
+        # The last prompt token is always decoded again: its logits choose the first token.
+        self.reuse = max(0, min(reuse, len(prompt) - 1))
+        self.stats = GenerationStats(method=method, k=k, prompt_tokens=len(prompt), cached_tokens=self.reuse)
         self.generated: list[int] = []
         self.finish: FinishReason | None = None
         self.result: GenerationResult | None = None
@@ -132,8 +136,11 @@ class Generation:
 
     def run(self) -> Iterator[TokenChunk]:
         t0 = time.perf_counter()
-        self.target.reset()
-        self.stats.target_s += self.target.decode(self.prompt, 1)
+        if self.reuse:
+            self.target.truncate(self.reuse)
+        else:
+            self.target.reset()
+        self.stats.target_s += self.target.decode(self.prompt[self.reuse :], 1)
         first = self._pick(self.target.logits(-1))
         yield from self._emit(_Step([first], 0), t0)
         while self.finish is None:
@@ -176,7 +183,7 @@ class Generation:
 
     def _draft(self, drafter: Drafter, k: int) -> Draft:
         if id(drafter) not in self._drafters_started:
-            drafter.start(self.prompt)
+            drafter.start(self.prompt, fresh=not self.reuse)
             self._drafters_started.add(id(drafter))
         try:
             draft = drafter.propose(self.tokens, k, self.params, self.rng)

@@ -53,6 +53,9 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     speculative: SpecParams = field(default_factory=SpecParams)
+    # Reuse the KV cache of the longest prefix shared with the previous request (chat turns).
+    # Off, the prompt is evaluated from scratch: reproducible to the bit, as benchmarks need.
+    cache_prompt: bool = True
 
 
 @dataclass
@@ -62,6 +65,7 @@ class GenerationStats:
     method: str = "none"
     k: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0
     tokens: int = 0
     elapsed_s: float = 0.0
     ttft_s: float = 0.0

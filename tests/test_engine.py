@@ -45,6 +45,8 @@ def make_engine(target: Path, draft: Path | None = None, load: LoadOptions = TIN
 
 
 def run(engine: Engine, prompt: str, method: Method, k: int = 4, **kw: object) -> GenerationResult:
+    """A fresh evaluation of the prompt (no KV reuse), as the target alone would compute it."""
+    kw.setdefault("cache_prompt", False)
     request = GenerationRequest(prompt=prompt, speculative=SpecParams(method, k), **kw)  # type: ignore[arg-type]
     return engine.generate(request)
 
@@ -151,6 +153,19 @@ def test_context_limit_reached_inside_the_draft(tiny_target: Path, tiny_perfect_
                 assert (spec.token_ids, spec.finish_reason) == (base.token_ids, "length")
 
 
+def test_a_following_turn_reuses_the_shared_prefix(related: Engine) -> None:
+    first = run(related, "hello world", "draft", 4, max_tokens=24, cache_prompt=True)
+    follow_up = "hello world" + first.text + " and then"
+    cached = run(related, follow_up, "draft", 4, max_tokens=24, cache_prompt=True)
+    fresh = run(related, follow_up, "draft", 4, max_tokens=24)
+    assert cached.stats.cached_tokens >= first.stats.prompt_tokens
+    assert fresh.stats.cached_tokens == 0
+    assert cached.token_ids == fresh.token_ids
+    again = run(related, follow_up, "none", 4, max_tokens=24, cache_prompt=True)
+    assert again.stats.cached_tokens == again.stats.prompt_tokens - 1
+    assert again.token_ids == fresh.token_ids
+
+
 def test_prompt_longer_than_the_context_is_refused_with_both_numbers(tiny_target: Path) -> None:
     with make_engine(tiny_target, load=LoadOptions(n_ctx=256, n_threads=1)) as engine:
         with pytest.raises(ContextOverflowError) as err:
@@ -255,8 +270,8 @@ class _FailingDrafter:
         self.inner = ModelDrafter(model)
         self.calls = 0
 
-    def start(self, prompt: list[int]) -> None:
-        self.inner.start(prompt)
+    def start(self, prompt: list[int], fresh: bool = True) -> None:
+        self.inner.start(prompt, fresh)
 
     def propose(self, tokens: list[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
         self.calls += 1

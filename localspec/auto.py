@@ -1,0 +1,359 @@
+"""The `auto` policy: before each step, pick the drafter and k that the controller expects to pay most.
+
+It sees three things the pure controller does not gather itself:
+- what steps really cost: the calibrated curves are corrected online by each step's
+  llama.cpp time and its wall time (other load on the machine, a longer context, and
+  Python's own overhead per step all move the balance);
+- the n-gram match before choosing (a peek costs a few dict lookups), and, after each
+  step, whether that match's tokens were the ones generated, whatever method ran: the
+  n-gram's acceptance is learnt on every step, not only on those that drafted with it;
+- the draft model's confidence, token by token, to stop drafting where one more token
+  would lower the step's expected rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from localspec.controller import (
+    DRAFT_PRIOR,
+    K_MAX,
+    NGRAM_CONTINUE_PRIOR,
+    ConfidenceMap,
+    Curve,
+    EarlyStop,
+    Option,
+    Plan,
+    PositionalAcceptance,
+    StepCost,
+    ngram_key,
+    ngram_prior,
+    plan,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from localspec.drafters import Draft, KeepFn, NgramDrafter
+    from localspec.speculative import StepContext, StepOutcome
+    from localspec.types import SamplingParams
+
+# Weight of the newest step in the online cost corrections.
+COST_ALPHA = 0.2
+SCALE_RANGE = (0.05, 20.0)
+# Per unused step, a model drafter's acceptance evidence fades by this factor (back toward the prior).
+IDLE_FORGET = 0.995
+# A draft's catch-up is charged as at most this many tokens: feeding it a prompt, or the tokens of
+# steps it sat out, is paid once and then serves every later step, as a prefill does.
+CATCH_UP_CHARGED = 2
+# Near-ties re-decided per verified position, before any is seen (prose: 10-26%; code: less).
+NEAR_TIE_PRIOR = 0.05
+TIE_PRIOR_WEIGHT = 20.0
+TIE_DECAY = 0.98
+# How many steps' worth of evidence the draft model's prior acceptance counts for.
+DRAFT_PRIOR_WEIGHT = 2.0
+
+
+class ModelDraft(Protocol):
+    """What auto needs of a model drafter (ModelDrafter; a replayed trace in the simulator)."""
+
+    name: str
+
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None: ...
+
+    def propose_while(
+        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, keep: KeepFn
+    ) -> Draft: ...
+
+    def lag(self, tokens: Sequence[int]) -> int: ...
+
+
+def _ew(current: float, sample: float, alpha: float = COST_ALPHA) -> float:
+    return current + alpha * (sample - current)
+
+
+def _clamp(value: float) -> float:
+    return min(max(value, SCALE_RANGE[0]), SCALE_RANGE[1])
+
+
+class _Line:
+    """y = a + b x, fitted by exponentially weighted least squares (recent steps weigh more)."""
+
+    def __init__(self, decay: float = 1.0 - COST_ALPHA) -> None:
+        self.decay = decay
+        self.s0 = self.sx = self.sy = self.sxx = self.sxy = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        d = self.decay
+        self.s0, self.sx, self.sy = self.s0 * d + 1.0, self.sx * d + x, self.sy * d + y
+        self.sxx, self.sxy = self.sxx * d + x * x, self.sxy * d + x * y
+
+    def intercept(self) -> float | None:
+        """a, or None while the points do not pin it (no x = 0 yet and too little spread in x)."""
+        if self.s0 == 0.0:
+            return None
+        spread = self.s0 * self.sxx - self.sx * self.sx
+        if spread <= 1e-6 * self.s0 * self.s0:
+            return self.sy / self.s0 if self.sx == 0.0 else None
+        slope = (self.s0 * self.sxy - self.sx * self.sy) / spread
+        return (self.sy - slope * self.sx) / self.s0
+
+
+class OnlineCosts:
+    """Calibrated curves (seconds) for the target and the draft model, corrected by what steps take.
+
+    Shared by an engine's requests: the machine's state outlives any one request.
+    """
+
+    def __init__(self, verify: Curve, draft: Curve | None = None) -> None:
+        self.verify = verify
+        self.draft = draft
+        self.target_scale = 1.0
+        self.draft_scale = 1.0
+        self.overhead = 0.0
+        self.per_token: dict[str, float] = {}
+        # Python's time per step against tokens drafted: its intercept is the per-step overhead,
+        # known even before any plain step (a draft that always runs would otherwise hide it).
+        self._residuals = _Line()
+
+    def step_cost(self, name: str | None, lag: int = 1, *, model: bool = False) -> StepCost:
+        """The cost of a step with drafter `name` (None: plain); `model` drafters decode, n-grams look up."""
+        verify, scale = self.verify, self.target_scale
+        if name is None:
+            return StepCost(verify, self.overhead, verify_scale=scale)
+        extra = self.per_token.get(name, 0.0)
+        if not model or self.draft is None:
+            return StepCost(verify, self.overhead, extra, extra, scale)
+        first = self.draft_scale * self.draft(min(lag, CATCH_UP_CHARGED))
+        per = self.draft_scale * self.draft(1)
+        return StepCost(verify, self.overhead, first + extra, per + extra, scale)
+
+    def redecided(self, step: StepRecord) -> bool:
+        """Whether a drafting step's verify took a near-tie's extra one-token decode.
+
+        Read from its time (the step does not say): half a token's decode beyond the batch's.
+        A busy machine can pass for one now and then, which only makes auto more careful.
+        """
+        if not step.drafted:
+            return False
+        expected = self.target_scale * (self.verify(step.drafted + 1) + 0.5 * self.verify(1))
+        return step.target_s > expected
+
+    def learn(self, step: StepRecord, redecided: bool = False) -> None:
+        """Fold one finished step's times into the corrections."""
+        if step.target_s > 0:
+            batch_s = step.target_s - (self.target_scale * self.verify(1) if redecided else 0.0)
+            self.target_scale = _clamp(_ew(self.target_scale, batch_s / self.verify(step.drafted + 1)))
+        residual = step.wall_s - step.target_s - step.draft_s
+        if step.decodes and self.draft is not None and step.lag <= K_MAX + 1:
+            predicted = self.draft(step.lag) + (step.decodes - 1) * self.draft(1)
+            self.draft_scale = _clamp(_ew(self.draft_scale, step.draft_s / predicted))
+        if step.decodes == 0 or step.drafted:
+            self._residuals.add(step.drafted, residual)
+            overhead = self._residuals.intercept()
+            if overhead is not None:
+                self.overhead = max(overhead, 0.0)
+        if step.drafted and step.name is not None:
+            extra = max(residual - self.overhead, 0.0) / step.drafted
+            self.per_token[step.name] = _ew(self.per_token.get(step.name, 0.0), extra)
+
+
+@dataclass
+class StepRecord:
+    """One step as the policy saw it: its plan, then what happened."""
+
+    name: str | None
+    plan: Plan
+    started: float
+    n_tokens: int
+    peek: Sequence[int] = ()
+    ngram_key: str | None = None
+    lag: int = 1
+    confidences: list[float] = field(default_factory=list)
+    decodes: int = 0
+    refused: bool = False
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    target_s: float = 0.0
+    wall_s: float = 0.0
+    observed: bool = False
+
+
+class AutoPolicy:
+    """The Policy behind `--method auto`: plain decoding, unless a drafter is expected to beat it."""
+
+    def __init__(
+        self,
+        costs: OnlineCosts,
+        ngram: NgramDrafter | None,
+        draft: ModelDraft | None,
+        *,
+        k_max: int = K_MAX,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.costs = costs
+        self.k_max = k_max
+        self.acceptance: dict[str, PositionalAcceptance] = {}
+        self.confidence = ConfidenceMap()
+        self.streak = 0
+        # Near-ties per verified position (decayed counts, seeded with a few percent).
+        self.ties, self.tie_positions = NEAR_TIE_PRIOR * TIE_PRIOR_WEIGHT, TIE_PRIOR_WEIGHT
+        self.steps: Counter[str] = Counter()
+        self.k_total = 0
+        self._ngram = ngram
+        self._draft = _StoppingDrafter(draft, self) if draft is not None else None
+        self._clock = clock
+        self._last: StepRecord | None = None
+
+    # --- the Policy protocol --------------------------------------------------------------------
+
+    def choose(self, ctx: StepContext) -> tuple[_StoppingDrafter | NgramDrafter | None, int]:
+        now = self._clock()
+        self._settle(ctx.tokens, now)
+        options: list[Option] = []
+        tie = self.near_tie
+        peek: Sequence[int] = ()
+        key = None
+        if self._ngram is not None:
+            match = self._ngram.peek(ctx.tokens, self.k_max)
+            if match.tokens:
+                peek, key = match.tokens, ngram_key(match.match_len, self.streak)
+                cost = self.costs.step_cost(self._ngram.name)
+                options.append(Option(self._ngram.name, self._estimates(key), cost, len(peek), tie))
+        lag = 1
+        draft_cost = None
+        if self._draft is not None:
+            lag = self._draft.inner.lag(ctx.tokens)
+            draft_cost = self.costs.step_cost(self._draft.name, lag, model=True)
+            accept = self._estimates(self._draft.name)
+            options.append(Option(self._draft.name, accept, draft_cost, self.k_max, tie))
+        choice = plan(self.costs.step_cost(None), options)
+        self._last = StepRecord(choice.name, choice, now, len(ctx.tokens), peek, key, lag)
+        self.steps[choice.name or "none"] += 1
+        self.k_total += choice.k
+        if choice.name is None:
+            return None, 0
+        if self._ngram is not None and choice.name == self._ngram.name:
+            return self._ngram, choice.k
+        assert self._draft is not None and draft_cost is not None
+        # A near-tie ends the step like a rejection: to the stop rule, it lowers every acceptance.
+        accept = self._estimates(self._draft.name)
+        ahead = [(1.0 - tie) * p for p in accept]
+        self._draft.begin(EarlyStop(draft_cost, ahead, self.k_max), accept, 1.0 - tie, self._last)
+        # The plan only says drafting pays; how far it goes is the draft's confidence's call.
+        return self._draft, self.k_max
+
+    def observe(self, outcome: StepOutcome) -> None:
+        step = self._last
+        if step is None:
+            return
+        step.observed = True
+        step.drafted, step.accepted = outcome.drafted, outcome.accepted
+        step.draft_s, step.target_s = outcome.draft_s, outcome.target_s
+        if self._draft is not None and step.name == self._draft.name and step.decodes:
+            # A first token the confidence rule refused counts as rejected, or a draft that always
+            # stops at once would be planned, and paid for, every step. Later refusals are choices,
+            # not evidence: counted, they would make the next plans stop sooner and sooner.
+            judged = max(outcome.drafted, int(step.refused))
+            self._estimator(self._draft.name).observe(outcome.accepted, judged)
+            self.confidence.observe(step.confidences[: outcome.drafted], outcome.accepted)
+
+    # --- learning ---------------------------------------------------------------------------------
+
+    def _settle(self, tokens: Sequence[int], now: float) -> None:
+        """Learn from the step that just ended: its wall time, and what the n-gram would have drafted."""
+        step = self._last
+        if step is None:
+            return
+        if step.observed:
+            step.wall_s = now - step.started
+            redecided = self.costs.redecided(step)
+            self.costs.learn(step, redecided)
+            if step.drafted:
+                # Positions judged: up to the first rejection (or the near-tie that ended the step).
+                self.ties = self.ties * TIE_DECAY + redecided
+                judged = min(step.accepted + 1, step.drafted + 1)
+                self.tie_positions = self.tie_positions * TIE_DECAY + judged
+        new = tokens[step.n_tokens :]
+        if step.ngram_key is not None and new:
+            judged = min(len(step.peek), len(new))
+            accepted = next((i for i in range(judged) if step.peek[i] != new[i]), judged)
+            self._estimator(step.ngram_key).observe(accepted, judged)
+            self.streak = self.streak + 1 if accepted else 0
+        elif new:
+            self.streak = 0
+        if self._draft is not None and step.name != self._draft.name:
+            self._estimator(self._draft.name).forget(IDLE_FORGET)
+
+    @property
+    def near_tie(self) -> float:
+        return self.ties / self.tie_positions
+
+    def _estimator(self, key: str) -> PositionalAcceptance:
+        estimator = self.acceptance.get(key)
+        if estimator is None:
+            if key.startswith("ngram/"):
+                estimator = PositionalAcceptance(ngram_prior(key), then=NGRAM_CONTINUE_PRIOR)
+            else:
+                # No caution for a model draft: it learns only while it runs, and a cautious
+                # estimate would stop it after one bad step. Its cost keeps it off where it loses.
+                estimator = PositionalAcceptance(DRAFT_PRIOR, strength=DRAFT_PRIOR_WEIGHT, caution=0.0)
+            self.acceptance[key] = estimator
+        return estimator
+
+    def _estimates(self, key: str) -> list[float]:
+        return self._estimator(key).estimates()
+
+    def summary(self) -> dict[str, object]:
+        """Share of steps per choice and the mean k planned (over all steps; over drafting ones)."""
+        total = sum(self.steps.values())
+        drafting = total - self.steps.get("none", 0)
+        return {
+            "steps": dict(self.steps),
+            "share": {name: n / total for name, n in self.steps.items()} if total else {},
+            "mean_k": self.k_total / total if total else 0.0,
+            "mean_k_drafting": self.k_total / drafting if drafting else 0.0,
+        }
+
+
+class _StoppingDrafter:
+    """A model drafter whose drafting stops where the controller says one more token stops paying."""
+
+    def __init__(self, inner: ModelDraft, policy: AutoPolicy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._policy = policy
+        self._stop: EarlyStop | None = None
+        self._accept: Sequence[float] = ()
+        self._no_tie = 1.0
+        self._step: StepRecord | None = None
+
+    def begin(self, stop: EarlyStop, accept: Sequence[float], no_tie: float, step: StepRecord) -> None:
+        self._stop, self._accept, self._no_tie, self._step = stop, accept, no_tie, step
+
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
+        self.inner.start(prompt, fresh)
+
+    def propose(
+        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        if self._step is not None:
+            # Measured now, after start(): a first use feeds the whole prompt, not the lag planned with.
+            self._step.lag = self.inner.lag(tokens)
+        return self.inner.propose_while(tokens, k, params, rng, self._keep)
+
+    def _keep(self, i: int, confidence: float) -> bool:
+        assert self._stop is not None and self._step is not None
+        self._step.decodes += 1
+        fallback = self._accept[min(i, len(self._accept) - 1)]
+        accept = self._no_tie * self._policy.confidence.acceptance(confidence, fallback)
+        if not self._stop.keep(i, accept):
+            self._step.refused = True
+            return False
+        self._step.confidences.append(confidence)
+        return True

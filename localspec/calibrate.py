@@ -1,0 +1,194 @@
+"""Calibration: how long this machine takes to decode n tokens in one batch, measured once and cached.
+
+Whether speculation pays is a property of the machine: verifying 5 tokens costs
+about one token's time on a GPU and ~3 on a 2-core CPU. The auto policy needs
+that curve, V(n) for n = 1..16, for the target and the draft model. Measuring it
+takes a few seconds, so it is cached per model file (path, size, mtime), thread
+count, offload and llama.cpp build; a change to any of them measures again.
+
+Robust on a busy machine: every pass runs all sizes in turn, so a burst of load
+from elsewhere hits all sizes alike rather than one, and each size keeps the
+fastest of its passes (the cost of the work itself, not of the interruptions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from localspec.backend import LlamaModel, LoadOptions, default_threads, gpu_offload_supported
+from localspec.controller import K_MAX, Curve
+
+# Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in
+# blocks of 4 rows, so on this machine V(4) < V(3), V(8) < V(7) and V(16) < V(15) (measured).
+SIZES = tuple(range(1, 17))
+# A draft is charged per token and for short catch-ups: a few sizes, interpolated, are enough.
+DRAFT_SIZES = (1, 2, 4, 8, 16)
+PASSES = 3
+# Passes stop early past this many seconds (a slow or busy machine), after the first.
+BUDGET_S = 4.0
+# Decode after a short prefix, as in generation, without paying for a long prompt at load.
+PREFIX = 16
+CACHE_VERSION = 2
+# A cached curve is measured again when one token now decodes this much faster than it says: it
+# was measured on a busy machine. (Slower now means busy now: the cached curve is the better one.)
+FASTER = 0.75
+SPOT_REPEATS = 3
+# Any text works; code tokenizes into ordinary pieces on every vocabulary.
+_TEXT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
+
+ProgressFn = Callable[[float], None]
+Key = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One model's decode curve on this machine, and what it was measured for."""
+
+    key: Key
+    curve: Curve
+    from_cache: bool
+
+
+def backend_id() -> str:
+    """The llama.cpp build and the features it uses here (CPU flags, GPU backends)."""
+    info = llama_cpp.llama_print_system_info()
+    text = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+    return f"llama-cpp-python {llama_cpp.__version__}; offload={gpu_offload_supported()}; {text.strip()}"
+
+
+def calibration_key(path: Path, options: LoadOptions, sizes: Sequence[int] = SIZES) -> Key:
+    """Everything that changes the curve: the file, the threads, the offload, the cache type, the build."""
+    st = path.stat()
+    gpu = options.gpu_layers
+    return {
+        "version": CACHE_VERSION,
+        "file": str(path.resolve()),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "threads": options.n_threads or default_threads(),
+        "gpu_layers": (-1 if gpu_offload_supported() else 0) if gpu is None else gpu,
+        "kv_type": options.kv_type,
+        "n_batch": options.n_batch,
+        "batch_invariant": options.batch_invariant,
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+        "backend": backend_id(),
+        "sizes": list(sizes),
+    }
+
+
+def cache_file(cache_dir: Path, key: Key) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+    return cache_dir / "calibration" / f"{digest}.json"
+
+
+def load_cached(cache_dir: Path, key: Key) -> Curve | None:
+    """The stored curve for exactly this key, or None (missing, unreadable, or for another key)."""
+    path = cache_file(cache_dir, key)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("key") != key:
+            return None
+        return Curve(tuple(float(v) for v in data["seconds"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store(cache_dir: Path, key: Key, curve: Curve) -> Path:
+    """Write the curve for this key (atomically: a reader never sees half a file)."""
+    path = cache_file(cache_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"key": key, "seconds": list(curve.seconds), "measured_at": time.time()}
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def measure(
+    model: LlamaModel,
+    *,
+    sizes: Sequence[int] = SIZES,
+    passes: int = PASSES,
+    budget_s: float = BUDGET_S,
+    progress: ProgressFn | None = None,
+) -> Curve:
+    """V(n): the fastest of up to `passes` timed decodes of n tokens (logits at each) for each size.
+
+    Leaves the model's cache empty.
+    """
+    tokens = _tokens(model, PREFIX + max(sizes))
+    model.reset()
+    model.decode(tokens[:PREFIX], 1)
+    # One untimed decode first: the first touches of the weights and buffers are slow.
+    _timed(model, tokens, max(sizes))
+    best = {n: math.inf for n in sizes}
+    started = time.perf_counter()
+    for p in range(passes):
+        # Alternate the order, so no size always follows the largest decode.
+        for n in sizes if p % 2 == 0 else reversed(sizes):
+            best[n] = min(best[n], _timed(model, tokens, n))
+        done = p + 1 == passes or time.perf_counter() - started > budget_s
+        if progress is not None:
+            progress(1.0 if done else (p + 1) / passes)
+        if done:
+            break
+    model.reset()
+    return Curve.from_points(best, K_MAX + 1)
+
+
+def _timed(model: LlamaModel, tokens: Sequence[int], n: int) -> float:
+    seconds = model.decode(tokens[PREFIX : PREFIX + n], n)
+    model.truncate(PREFIX)
+    return seconds
+
+
+def _tokens(model: LlamaModel, n: int) -> list[int]:
+    tokens = model.tokenize(_TEXT, add_special=False, parse_special=False)
+    if not tokens:
+        raise ValueError(f"{model.path.name} tokenizes the calibration text to nothing")
+    return (tokens * (n // len(tokens) + 1))[:n]
+
+
+def calibrate(
+    model: LlamaModel,
+    cache_dir: Path,
+    *,
+    sizes: Sequence[int] = SIZES,
+    refresh: bool = False,
+    progress: ProgressFn | None = None,
+) -> Calibration:
+    """The model's curve from the cache, or measured now (and stored) when missing, stale or `refresh`.
+
+    Stale includes a cache measured while the machine was busy, found by a one-token spot check.
+    """
+    key = calibration_key(model.path, model.options, sizes)
+    cached = None if refresh else load_cached(cache_dir, key)
+    if cached is not None and spot_check(model) >= FASTER * cached(1):
+        return Calibration(key, cached, from_cache=True)
+    curve = measure(model, sizes=sizes, progress=progress)
+    if cached is not None:
+        # The cache was measured while something else loaded the machine: keep the fastest of both.
+        curve = Curve(tuple(min(a, b) for a, b in zip(curve.seconds, cached.seconds, strict=True)))
+    store(cache_dir, key, curve)
+    return Calibration(key, curve, from_cache=False)
+
+
+def spot_check(model: LlamaModel) -> float:
+    """One token's decode now, the fastest of a few: cheap enough for every load."""
+    tokens = _tokens(model, PREFIX + 1)
+    model.reset()
+    model.decode(tokens[:PREFIX], 1)
+    seconds = min(_timed(model, tokens, 1) for _ in range(SPOT_REPEATS))
+    model.reset()
+    return seconds

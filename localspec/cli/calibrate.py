@@ -1,0 +1,126 @@
+"""`localspec calibrate`: the decode curves `auto` decides with, measured here (or read from the cache)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from localspec.cli.app import cli
+from localspec.cli.options import LoadProgress
+
+SHOWN_K = (1, 2, 3, 4, 6, 8)
+
+
+@cli.command()
+@click.option("--target", type=click.Path(path_type=Path), help="Target GGUF (default: catalog default).")
+@click.option("--draft", type=click.Path(path_type=Path), help="Draft GGUF (default: the catalog's pair).")
+@click.option("--threads", type=click.IntRange(1), help="CPU threads (default: physical cores).")
+@click.option("--gpu-layers", type=int, help="Target layers on the GPU (-1: all).")
+@click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (-1: all).")
+@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), help="KV cache type.")
+@click.option("--refresh", is_flag=True, help="Measure again even when a cached curve exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
+    """Measure how long verifying n = 1..16 tokens in one batch takes on this machine.
+
+    `auto` speculates only where that pays: on a GPU verifying 8 tokens costs about one;
+    on a small CPU it costs several. Curves are cached per model file, threads and backend.
+    """
+    from dataclasses import replace
+
+    from localspec.backend import LlamaModel, LoadOptions
+    from localspec.calibrate import DRAFT_SIZES, SIZES
+    from localspec.calibrate import calibrate as run_calibration
+    from localspec.paths import Paths
+    from localspec.resolve import draft_path, target_path
+    from localspec.settings import load_settings
+
+    settings = load_settings(**flags)
+    paths = Paths.from_env()
+    target = target_path(settings, paths)
+    draft = draft_path(settings, paths, target)
+    options = LoadOptions(
+        n_ctx=256, n_threads=settings.threads, gpu_layers=settings.gpu_layers, kv_type=settings.kv_type
+    )
+    report: dict[str, Any] = {"target": None, "draft": None}
+    progress = None if as_json else LoadProgress()
+    for role, path, opts in (
+        ("target", target, options),
+        ("draft", draft, replace(options, gpu_layers=settings.draft_gpu_layers)),
+    ):
+        if path is None:
+            continue
+        model = LlamaModel(path, opts)
+        try:
+            result = run_calibration(
+                model,
+                paths.cache_dir,
+                sizes=SIZES if role == "target" else DRAFT_SIZES,
+                refresh=refresh,
+                progress=_progress(progress, f"{role} calibration"),
+            )
+        finally:
+            model.close()
+        report[role] = {
+            "file": str(path),
+            "from_cache": result.from_cache,
+            "threads": result.key["threads"],
+            "gpu_layers": result.key["gpu_layers"],
+            "seconds": list(result.curve.seconds),
+        }
+    report["break_even"] = _break_even(report)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print(report)
+
+
+def _progress(progress: LoadProgress | None, what: str) -> Callable[[float], None] | None:
+    if progress is None:
+        return None
+    return lambda fraction: progress(what, fraction)
+
+
+def _break_even(report: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """The acceptance each drafter needs, at each k, to match plain decoding (None: it never can)."""
+    from localspec.controller import Curve, StepCost, break_even
+
+    verify = Curve(tuple(report["target"]["seconds"]))
+    costs = {"ngram": StepCost(verify)}
+    if report["draft"] is not None:
+        per = report["draft"]["seconds"][0]
+        costs["draft"] = StepCost(verify, 0.0, per, per)
+    out: dict[str, dict[str, float | None]] = {}
+    for name, cost in costs.items():
+        values = {str(k): break_even(cost, k) for k in SHOWN_K}
+        out[name] = {k: (None if math.isinf(v) else round(v, 3)) for k, v in values.items()}
+    return out
+
+
+def _print(report: dict[str, Any]) -> None:
+    target = report["target"]
+    seconds = target["seconds"]
+    source = "cached" if target["from_cache"] else "measured now"
+    click.echo(f"target {Path(target['file']).name}: {source}, {target['threads']} threads, ", nl=False)
+    click.echo(f"gpu layers {target['gpu_layers']}")
+    click.echo("   n   V(n) ms   V(n)/V(1)   tok/s if all n kept")
+    for n, s in enumerate(seconds, start=1):
+        click.echo(f"{n:4d} {s * 1e3:9.2f} {s / seconds[0]:11.2f} {n / s:17.1f}")
+    draft = report["draft"]
+    if draft is not None:
+        d1 = draft["seconds"][0]
+        source = "cached" if draft["from_cache"] else "measured now"
+        click.echo(
+            f"draft {Path(draft['file']).name}: {source}; one token {d1 * 1e3:.2f} ms "
+            f"= {d1 / seconds[0]:.2f} of a target token"
+        )
+    click.echo("acceptance needed to match plain decoding (same at every position; - : never pays):")
+    click.echo("   k " + "".join(f"{name:>8}" for name in report["break_even"]))
+    for k in SHOWN_K:
+        cells = [report["break_even"][name][str(k)] for name in report["break_even"]]
+        click.echo(f"{k:4d} " + "".join("       -" if c is None else f"{c:8.2f}" for c in cells))

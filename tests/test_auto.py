@@ -1,0 +1,377 @@
+"""The auto policy: on replayed synthetic runs (no model), then on the tiny models through llama.cpp.
+
+Replays use the real AutoPolicy and n-gram drafter over recorded-looking traces with
+a simulated clock, so the decisions are exact and free of this machine's timing.
+The tiny-model tests show the same behaviour through the real engine loop.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from localspec.auto import AutoPolicy, OnlineCosts, StepRecord
+from localspec.backend import LlamaModel, LoadOptions
+from localspec.controller import K_MAX, Curve, Plan
+from localspec.drafters import Draft, ModelDrafter, NgramDrafter
+from localspec.engine import Engine, EngineConfig
+from localspec.paths import Paths
+from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
+from localspec.speculative import FixedPolicy, Generation, Policy
+from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
+
+MS = 1e-3
+# This CPU (llama-bench, 2 threads, Qwen2.5-Coder-1.5B): V(4) ~ 2.5 V(1), V(9) ~ 6.4 V(1).
+CPU = Curve.from_points({1: 34 * MS, 2: 51 * MS, 4: 85 * MS, 9: 218 * MS, 16: 388 * MS}, K_MAX + 1)
+GPU = Curve(tuple((5.0 + 0.1 * (n - 1)) * MS for n in range(1, K_MAX + 2)))
+TINY = LoadOptions(n_ctx=1024, n_threads=1)
+
+
+class FrozenCosts(OnlineCosts):
+    """Costs as calibrated, never corrected by this busy machine: decisions follow the curves alone."""
+
+    def learn(self, step: StepRecord, redecided: bool = False) -> None:
+        pass
+
+
+def machine(curve: Curve, draft_ratio: float = 0.0, overhead: float = 0.0) -> Machine:
+    draft = curve.scaled(draft_ratio) if draft_ratio else None
+    return Machine(curve, draft, step_overhead=overhead)
+
+
+def run_auto(m: Machine, trace: Trace) -> tuple[Replayed, AutoPolicy]:
+    clock = SimClock()
+    draft = TraceDrafter(trace, m) if m.draft is not None else None
+    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), NgramDrafter(2, 8), draft, clock=clock)
+    return replay(trace, policy, m, clock, charge_policy=False), policy
+
+
+def run_fixed(m: Machine, trace: Trace, method: str, k: int) -> Replayed:
+    drafter = {"none": None, "ngram": NgramDrafter(), "draft": None}[method]
+    if method == "draft":
+        drafter = TraceDrafter(trace, m)  # type: ignore[assignment]
+    return replay(trace, FixedPolicy(drafter, k), m, charge_policy=False)
+
+
+def best_fixed(m: Machine, trace: Trace) -> float:
+    methods = ["ngram", "draft"] if m.draft is not None else ["ngram"]
+    speeds = [run_fixed(m, trace, "none", 0).tokens_per_second]
+    speeds += [run_fixed(m, trace, method, k).tokens_per_second for method in methods for k in range(1, 9)]
+    return max(speeds)
+
+
+# Synthetic traces: a code edit copies most of its prompt; fresh prose copies nothing.
+
+RNG_VOCAB = 5000
+
+
+def copy_trace(n: int = 160) -> Trace:
+    rng = np.random.default_rng(1)
+    prompt = [int(t) for t in rng.integers(0, RNG_VOCAB, 300)]
+    output = prompt[40 : 40 + n]
+    for i in range(20, n, 37):  # a rename: a few tokens differ, the rest is copied
+        output[i] = RNG_VOCAB + i
+    return Trace("copy", tuple(prompt), tuple(output), tuple(output), tuple([0.9] * n))
+
+
+def fresh_trace(n: int = 160, draft_hits: float = 0.0) -> Trace:
+    rng = np.random.default_rng(2)
+    prompt = [int(t) for t in rng.integers(0, RNG_VOCAB, 100)]
+    output = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, n)]
+    hits = rng.random(n) < draft_hits
+    guess = [t if hit else -7 for t, hit in zip(output, hits, strict=True)]
+    conf = [0.9 if hit else 0.3 for hit in hits]
+    return Trace("fresh", tuple(prompt), tuple(output), tuple(guess), tuple(conf))
+
+
+# --- decisions on replayed runs ------------------------------------------------------------------
+
+
+def test_on_the_cpu_curve_auto_copies_with_ngrams_and_beats_plain_decoding() -> None:
+    m, trace = machine(CPU, draft_ratio=0.65), copy_trace()
+    result, policy = run_auto(m, trace)
+    plain = run_fixed(m, trace, "none", 0)
+    assert result.method_steps.get("draft", 0) == 0  # a draft at 0.65 of a token never pays here
+    assert result.method_steps["ngram"] > result.method_steps.get("none", 0)
+    assert 2.0 <= policy.summary()["mean_k"] <= 6.0  # type: ignore[operator]
+    assert result.tokens_per_second > 1.3 * plain.tokens_per_second
+    assert result.tokens_per_second >= 0.9 * best_fixed(m, trace)
+
+
+def test_on_fresh_text_auto_decodes_plainly_and_loses_nothing() -> None:
+    m, trace = machine(CPU, draft_ratio=0.65), fresh_trace()
+    result, _ = run_auto(m, trace)
+    plain = run_fixed(m, trace, "none", 0)
+    assert result.method_steps == {"none": len(trace.output) - 1}
+    assert result.tokens_per_second >= 0.99 * plain.tokens_per_second
+
+
+def test_on_a_flat_gpu_curve_a_good_draft_runs_four_to_eight_tokens() -> None:
+    m, trace = machine(GPU, draft_ratio=0.15), fresh_trace(draft_hits=0.9)
+    result, _ = run_auto(m, trace)
+    assert result.method_steps["draft"] >= 0.9 * result.steps
+    assert 4 <= result.drafted / result.method_steps["draft"] <= 8
+    assert result.tokens_per_second >= 0.9 * best_fixed(m, trace)
+    assert result.tokens_per_second > 2.0 * run_fixed(m, trace, "none", 0).tokens_per_second
+
+
+def test_a_useless_draft_is_dropped_after_a_few_steps() -> None:
+    m, trace = machine(GPU, draft_ratio=0.15), fresh_trace(draft_hits=0.0)
+    result, policy = run_auto(m, trace)
+    assert result.method_steps.get("draft", 0) <= 5
+    assert policy.acceptance["draft"].estimates()[0] < 0.3
+    assert result.tokens_per_second >= 0.95 * run_fixed(m, trace, "none", 0).tokens_per_second
+
+
+def test_a_draft_costing_more_than_it_saves_is_never_run() -> None:
+    m, trace = machine(GPU, draft_ratio=1.2), fresh_trace(draft_hits=0.7)
+    result, _ = run_auto(m, trace)
+    assert result.method_steps.get("draft", 0) == 0
+
+
+def test_confidence_stops_a_draft_where_it_goes_wrong() -> None:
+    # The draft is right and sure for 3 tokens, then unsure and wrong: auto learns to stop there.
+    rng = np.random.default_rng(3)
+    out = [int(t) for t in rng.integers(0, RNG_VOCAB, 200)]
+    guess = [t if i % 4 != 3 else -1 for i, t in enumerate(out)]
+    conf = [0.97 if i % 4 != 3 else 0.1 for i in range(200)]
+    trace = Trace("pattern", (1, 2, 3), tuple(out), tuple(guess), tuple(conf))
+    m = machine(GPU, draft_ratio=0.15)
+    result, _ = run_auto(m, trace)
+    assert result.accepted / result.drafted > 0.9
+
+
+def test_plain_steps_still_teach_the_ngram_estimates() -> None:
+    # Every pair of output tokens appears in the prompt, followed by the wrong token: the n-gram
+    # always has a proposal and it is always wrong. Auto learns that without drafting with it,
+    # by comparing each step's proposal with what was generated.
+    rng = np.random.default_rng(4)
+    out = [int(t) for t in rng.integers(0, RNG_VOCAB, 160)]
+    prompt = [t for i in range(1, 160) for t in (out[i - 1], out[i], RNG_VOCAB + i)]
+    trace = Trace("misleading", tuple(prompt), tuple(out))
+    result, policy = run_auto(machine(CPU), trace)
+    assert result.method_steps.get("ngram", 0) <= 3
+    assert policy.acceptance["ngram/2/0"].estimates()[0] < 0.1
+
+
+def test_online_costs_follow_what_steps_really_take() -> None:
+    costs = OnlineCosts(CPU, CPU.scaled(0.5))
+    plan = Plan(None, 0, 1.0, CPU(1))
+    for _ in range(40):
+        step = StepRecord(None, plan, 0.0, 10, target_s=2 * CPU(1), wall_s=2 * CPU(1) + 3 * MS)
+        costs.learn(step)
+    assert costs.target_scale == pytest.approx(2.0, rel=0.01)
+    assert costs.overhead == pytest.approx(3 * MS, rel=0.01)
+    for _ in range(40):
+        step = StepRecord("draft", plan, 0.0, 10, lag=1, decodes=4, drafted=4, draft_s=4 * CPU(1))
+        step.target_s, step.wall_s = 2 * CPU(5), 2 * CPU(5) + 4 * CPU(1) + 3 * MS + 4 * MS
+        costs.learn(step)
+    assert costs.draft_scale == pytest.approx(2.0, rel=0.01)
+    assert costs.per_token["draft"] == pytest.approx(1 * MS, rel=0.01)
+    assert costs.step_cost("draft", 1, model=True).per_draft == pytest.approx(CPU(1) + 1 * MS, rel=0.01)
+
+
+def test_online_costs_settle_on_the_machine_they_run_on() -> None:
+    # The replay charges exactly the machine's costs: what auto learns must be that machine, even
+    # though the draft's first use feeds the whole prompt (a catch-up it must not take as typical).
+    m = Machine(GPU, GPU.scaled(0.15), step_overhead=0.5 * MS, position_overhead=0.05 * MS)
+    _, policy = run_auto(m, fresh_trace(draft_hits=0.9))
+    costs = policy.costs
+    assert costs.target_scale == pytest.approx(1.0, rel=0.02)
+    assert costs.draft_scale == pytest.approx(1.0, rel=0.02)
+    assert costs.per_token["draft"] == pytest.approx(0.05 * MS, abs=0.02 * MS)
+
+
+def test_near_ties_end_steps_and_auto_drafts_less_where_they_are_common() -> None:
+    # Every 3rd position is a near-tie: a verify that reaches one ends there, paying one more
+    # one-token decode. The draft is always right, yet drafting far no longer pays as much.
+    m, base = machine(GPU, draft_ratio=0.15), fresh_trace(draft_hits=1.0)
+    gaps = tuple(0.1 if i % 3 == 2 else 5.0 for i in range(len(base.output)))
+    tied = Trace("tied", base.prompt, base.output, base.draft_guess, base.draft_confidence, gaps)
+    fixed = run_fixed(m, tied, "draft", 8)
+    assert fixed.redecided > 0 and fixed.tokens / fixed.steps <= 3.0
+    smooth, _ = run_auto(m, base)
+    rough, policy = run_auto(m, tied)
+    assert policy.near_tie > 0.2
+    assert rough.drafted / rough.steps < smooth.drafted / smooth.steps
+
+
+def test_a_redecide_is_read_from_the_verify_time() -> None:
+    costs = OnlineCosts(CPU)
+    plan = Plan("ngram", 3, 3.0, CPU(4))
+    plain = StepRecord("ngram", plan, 0.0, 10, drafted=3, accepted=3, target_s=CPU(4))
+    tied = StepRecord("ngram", plan, 0.0, 10, drafted=3, accepted=1, target_s=CPU(4) + CPU(1))
+    assert not costs.redecided(plain) and costs.redecided(tied)
+    costs.learn(tied, redecided=True)
+    assert costs.target_scale == pytest.approx(1.0)  # the extra decode is not taken for a slower machine
+
+
+# --- the tiny models, through llama.cpp -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_target: Path) -> Iterator[LlamaModel]:
+    model = LlamaModel(tiny_target, TINY)
+    yield model
+    model.close()
+
+
+def generate(target: LlamaModel, policy: Policy, prompt: str, **kw: object) -> Generation:
+    gen = Generation(
+        target,
+        target.tokenize(prompt),
+        max_tokens=kw.pop("max_tokens", 96),  # type: ignore[arg-type]
+        params=kw.pop("params", SamplingParams()),  # type: ignore[arg-type]
+        stop=(),
+        policy=policy,
+        method="auto",
+        k=4,
+    )
+    list(gen.run())
+    return gen
+
+
+PROMPTS = ["let us write some code", "the cat sat on", "def add(a, b):\n    return", "one two three one two"]
+
+
+def gpu_like_costs() -> FrozenCosts:
+    return FrozenCosts(GPU, GPU.scaled(0.15))
+
+
+@pytest.mark.parametrize("draft_file", ["tiny_perfect_draft", "tiny_useless_draft"])
+def test_auto_speculates_with_a_perfect_draft_and_not_with_a_useless_one(
+    request: pytest.FixtureRequest, tiny: LlamaModel, draft_file: str
+) -> None:
+    draft = LlamaModel(request.getfixturevalue(draft_file), TINY)
+    steps = {"draft": 0, "none": 0, "ngram": 0}
+    for prompt in PROMPTS:
+        base = generate(tiny, FixedPolicy(None, 0), prompt)
+        policy = AutoPolicy(gpu_like_costs(), NgramDrafter(2, 8), ModelDrafter(draft))
+        gen = generate(tiny, policy, prompt)
+        assert gen.result is not None and base.result is not None
+        assert gen.result.token_ids == base.result.token_ids
+        for name, n in gen.stats.method_steps.items():
+            steps[name] += n
+    total = sum(steps.values())
+    if draft_file == "tiny_perfect_draft":
+        assert steps["draft"] > 0.8 * total
+    else:
+        assert steps["draft"] < 0.1 * total
+    draft.close()
+
+
+def test_auto_is_token_identical_under_sampling_with_a_seed(
+    tiny: LlamaModel, tiny_related_draft: Path
+) -> None:
+    draft = LlamaModel(tiny_related_draft, TINY)
+    params = SamplingParams(temperature=0.8, top_p=0.95, seed=11)
+
+    def sampled() -> tuple[int, ...]:
+        policy = AutoPolicy(gpu_like_costs(), NgramDrafter(2, 8), ModelDrafter(draft))
+        gen = generate(tiny, policy, "hello world", params=params)
+        assert gen.result is not None and gen.stats.drafted > 0
+        return gen.result.token_ids
+
+    assert sampled() == sampled()
+    draft.close()
+
+
+class _KeepIfSure:
+    """A model drafter under a harsh confidence rule: keep a token only where the draft is sure."""
+
+    name = "draft"
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.inner = ModelDrafter(model)
+
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
+        self.inner.start(prompt, fresh)
+
+    def propose(
+        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        return self.inner.propose_while(tokens, k, params, rng, lambda i, confidence: confidence >= 0.3)
+
+
+def test_stopping_on_confidence_keeps_sampling_lossless(tiny: LlamaModel, tiny_related_draft: Path) -> None:
+    # Were the rule to look at the probability of the token a sample drew, kept tokens would
+    # be skewed toward likely ones and the output with them: chi-square against `none` shows it
+    # (measured: p ~ 1e-32 with that rule on this prompt; ~0.9 with the distribution's top).
+    draft = LlamaModel(tiny_related_draft, TINY)
+    prompt = tiny.tokenize("def add(a, b):\n    return")
+
+    def second_tokens(policy: Policy, offset: int) -> Counter[int]:
+        seen: Counter[int] = Counter()
+        for seed in range(2000):
+            params = SamplingParams(temperature=1.0, seed=seed + offset)
+            gen = Generation(
+                tiny, prompt, max_tokens=3, params=params, stop=(), policy=policy, method="x", k=1
+            )
+            list(gen.run())
+            assert gen.result is not None
+            if len(gen.result.token_ids) >= 2:
+                seen[gen.result.token_ids[1]] += 1
+        return seen
+
+    base = second_tokens(FixedPolicy(None, 0), 0)
+    sure = _KeepIfSure(draft)
+    spec = second_tokens(FixedPolicy(sure, 1), 10**6)
+    keys = sorted(set(base) | set(spec))
+    table = np.array([[base[k] for k in keys], [spec[k] for k in keys]], dtype=float)
+    common = table.sum(axis=0) >= 20
+    pooled = np.column_stack([table[:, common], table[:, ~common].sum(axis=1)])
+    pooled = pooled[:, pooled.sum(axis=0) > 0]
+    assert float(stats.chi2_contingency(pooled).pvalue) > 1e-3
+    draft.close()
+
+
+# --- the engine's auto method, calibrated for real ------------------------------------------------
+
+
+def run(engine: Engine, prompt: str, method: Method, **kw: object) -> GenerationResult:
+    request = GenerationRequest(prompt=prompt, speculative=SpecParams(method, 4), **kw)  # type: ignore[arg-type]
+    return engine.generate(request)
+
+
+def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draft(
+    tiny_target: Path, tiny_useless_draft: Path
+) -> None:
+    calibration = Paths.from_env().cache_dir / "calibration"
+    with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
+        engine.wait_ready()
+        files = sorted(calibration.glob("*.json"))
+        assert len(files) == 2  # target and draft, measured at load
+        stamps = [f.stat().st_mtime_ns for f in files]
+        steps = {"none": 0}
+        for prompt in PROMPTS:
+            base = run(engine, prompt, "none", max_tokens=64)
+            spec = run(engine, prompt, "auto", max_tokens=64)
+            assert spec.token_ids == base.token_ids
+            assert spec.stats.method == "auto" and spec.stats.fallback_reason is None
+            for name, n in spec.stats.method_steps.items():
+                steps[name] = steps.get(name, 0) + n
+        assert steps["none"] >= 0.85 * sum(steps.values())
+    with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
+        engine.wait_ready()
+        assert [f.stat().st_mtime_ns for f in sorted(calibration.glob("*.json"))] == stamps
+
+
+def test_engine_with_a_fixed_default_method_calibrates_on_the_first_auto_request(
+    tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
+    calibration = Paths.from_env().cache_dir / "calibration"
+    config = EngineConfig(target=tiny_target, draft=tiny_perfect_draft, method="none", load=TINY)
+    with Engine(config) as engine:
+        engine.wait_ready()
+        assert not calibration.exists()
+        # Earlier requests leave KV caches that calibration then empties: nothing stale may be reused.
+        base = run(engine, "hello world", "none", max_tokens=24)
+        run(engine, "hello world", "draft", max_tokens=24)
+        assert run(engine, "hello world", "auto", max_tokens=24).token_ids == base.token_ids
+        assert len(list(calibration.glob("*.json"))) == 2
+        assert run(engine, "hello world", "draft", max_tokens=24).token_ids == base.token_ids

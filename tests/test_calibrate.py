@@ -1,0 +1,173 @@
+"""Calibration against real llama.cpp on the tiny models: the curve, the cache, and what invalidates it.
+
+No assertion here is about speed (that is for benchmarks); only about shape, caching and keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from localspec import calibrate as cal
+from localspec.backend import LlamaModel, LoadOptions
+from localspec.cli import cli
+from localspec.controller import K_MAX, Curve
+
+TINY = LoadOptions(n_ctx=256, n_threads=1)
+
+
+@pytest.fixture
+def model_file(tiny_target: Path, tmp_path: Path) -> Path:
+    """A private copy of the tiny target, so a test may touch or grow it."""
+    return Path(shutil.copy(tiny_target, tmp_path / "model.gguf"))
+
+
+@pytest.fixture
+def model(model_file: Path) -> Iterator[LlamaModel]:
+    loaded = LlamaModel(model_file, TINY)
+    yield loaded
+    loaded.close()
+
+
+def test_measures_a_curve_for_1_to_16_tokens_and_leaves_the_cache_empty(model: LlamaModel) -> None:
+    curve = cal.measure(model)
+    assert len(curve.seconds) == K_MAX + 1 == 16
+    assert min(curve.seconds) > 0
+    assert curve(16) > curve(1)  # (not necessarily at every step: kernels work in blocks)
+    assert model.n_past == 0
+
+
+def test_one_pass_is_enough_when_the_budget_is_spent(model: LlamaModel) -> None:
+    seen: list[float] = []
+    cal.measure(model, passes=3, budget_s=0.0, progress=seen.append)
+    assert seen == [1.0]
+
+
+def test_calibration_is_cached_and_reused(model: LlamaModel, tmp_path: Path) -> None:
+    first = cal.calibrate(model, tmp_path)
+    second = cal.calibrate(model, tmp_path)
+    assert not first.from_cache and second.from_cache
+    assert second.curve == first.curve
+    stored = json.loads(cal.cache_file(tmp_path, first.key).read_text())
+    assert stored["key"] == first.key
+    assert cal.calibrate(model, tmp_path, refresh=True).from_cache is False
+
+
+def test_a_touched_model_file_is_measured_again(model: LlamaModel, model_file: Path, tmp_path: Path) -> None:
+    cal.calibrate(model, tmp_path)
+    st = model_file.stat()
+    os.utime(model_file, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = cal.calibrate(model, tmp_path)
+    assert not again.from_cache
+    assert cal.calibrate(model, tmp_path).from_cache
+
+
+def test_a_changed_model_file_is_measured_again(model: LlamaModel, model_file: Path, tmp_path: Path) -> None:
+    first = cal.calibrate(model, tmp_path)
+    with open(model_file, "ab") as f:
+        f.write(b"\0" * 32)
+    again = cal.calibrate(model, tmp_path)
+    assert not again.from_cache and again.key["size"] == first.key["size"] + 32
+
+
+def test_another_thread_count_or_file_is_another_calibration(
+    model: LlamaModel, model_file: Path, tmp_path: Path
+) -> None:
+    cal.calibrate(model, tmp_path)
+    two_threads = LlamaModel(model_file, LoadOptions(n_ctx=256, n_threads=2))
+    try:
+        assert not cal.calibrate(two_threads, tmp_path).from_cache
+    finally:
+        two_threads.close()
+    copy = LlamaModel(Path(shutil.copy(model_file, tmp_path / "copy.gguf")), TINY)
+    try:
+        assert not cal.calibrate(copy, tmp_path).from_cache
+    finally:
+        copy.close()
+    assert len(list((tmp_path / "calibration").glob("*.json"))) == 3
+
+
+def test_another_llama_cpp_build_is_measured_again(
+    model: LlamaModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cal.calibrate(model, tmp_path)
+    monkeypatch.setattr(cal, "backend_id", lambda: "llama-cpp-python 9.9.9; offload=True; CUDA")
+    assert not cal.calibrate(model, tmp_path).from_cache
+
+
+def test_the_key_holds_everything_that_changes_the_curve(model_file: Path) -> None:
+    key = cal.calibration_key(model_file, TINY)
+    assert key["file"] == str(model_file.resolve())
+    assert key["threads"] == 1 and key["gpu_layers"] == 0
+    assert "llama-cpp-python" in key["backend"]
+    assert cal.calibration_key(model_file, LoadOptions(n_threads=1, kv_type="q8_0")) != key
+
+
+def test_a_curve_measured_on_a_busy_machine_is_measured_again(model: LlamaModel, tmp_path: Path) -> None:
+    key = cal.calibration_key(model.path, model.options)
+    real = cal.measure(model)
+    cal.store(tmp_path, key, real.scaled(1000.0))  # as if something else had the CPU meanwhile
+    again = cal.calibrate(model, tmp_path)
+    assert not again.from_cache
+    assert again.curve(1) < 100 * real(1)
+    assert cal.calibrate(model, tmp_path).from_cache
+
+
+def test_a_curve_measured_on_a_quiet_machine_is_kept_when_it_is_busy_now(
+    model: LlamaModel, tmp_path: Path
+) -> None:
+    key = cal.calibration_key(model.path, model.options)
+    quiet = cal.measure(model).scaled(0.001)
+    cal.store(tmp_path, key, quiet)
+    kept = cal.calibrate(model, tmp_path)
+    assert kept.from_cache and kept.curve == quiet
+
+
+@pytest.mark.parametrize("content", ["not json", '{"key": {}, "seconds": [1.0]}', '{"seconds": []}'])
+def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(
+    model: LlamaModel, tmp_path: Path, content: str
+) -> None:
+    key = cal.calibration_key(model.path, model.options)
+    path = cal.cache_file(tmp_path, key)
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    assert cal.load_cached(tmp_path, key) is None
+    assert not cal.calibrate(model, tmp_path).from_cache
+    assert cal.load_cached(tmp_path, key) is not None
+
+
+def test_store_and_load_round_trip(model_file: Path, tmp_path: Path) -> None:
+    key = cal.calibration_key(model_file, TINY)
+    curve = Curve((0.01, 0.015, 0.02))
+    cal.store(tmp_path, key, curve)
+    assert cal.load_cached(tmp_path, key) == curve
+    assert not list((tmp_path / "calibration").glob("*.tmp"))
+
+
+# --- `localspec calibrate` ---------------------------------------------------------------------------
+
+
+def test_cli_calibrates_then_reads_the_cache(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    args = ["calibrate", "--target", str(tiny_target), "--draft", str(tiny_perfect_draft), "--threads", "1"]
+    first = CliRunner().invoke(cli, [*args, "--json"])
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.output)
+    assert report["target"]["from_cache"] is False and report["draft"]["from_cache"] is False
+    assert len(report["target"]["seconds"]) == 16
+    assert set(report["break_even"]) == {"ngram", "draft"}
+    second = CliRunner().invoke(cli, args)
+    assert second.exit_code == 0, second.output
+    assert "cached" in second.output and "V(n)/V(1)" in second.output
+    assert "of a target token" in second.output
+
+
+def test_cli_reports_a_missing_model_as_a_user_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["calibrate", "--target", str(tmp_path / "missing.gguf")])
+    assert result.exit_code == 2
+    assert "not found" in result.output
