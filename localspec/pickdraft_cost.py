@@ -1,0 +1,137 @@
+"""pick-draft's cost model: what a drafted token and a verify cost in target tokens, before measuring.
+
+The step arithmetic (expected tokens, the best k) is the auto controller's
+(`controller`); this module only supplies its inputs for a machine pick-draft has
+not measured, from the memory plan:
+
+- a token costs what the model reads per token (every block and the output head)
+  over the bandwidth of where it sits; a CPU also pays a fixed cost per decode
+  (CPU_STEP_OVERHEAD_BYTES), which is why a 0.5B draft costs 0.6-0.75 of a 1.5B
+  target's token on a 2-core CPU though it reads 0.4 of its bytes, while on
+  memory-bound GPU decoding it costs about its size ratio;
+- verifying n tokens costs V(n) = 1 + 0.5 (n - 1) target tokens on a CPU (V(4) = 2.5,
+  measured on the 2-core CI machine) and is nearly flat on a GPU;
+- acceptance: the controller's DRAFT_PRIOR for a draft model; n-gram lookup drafts on
+  NGRAM_MATCH_RATE of steps with the controller's prior for a 4-token match.
+
+Measured curves (`calibrate`'s cache, or `pick-draft --measure`) replace the priors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from localspec.controller import (
+    DRAFT_PRIOR,
+    NGRAM_PRIOR_BY_LENGTH,
+    Curve,
+    Option,
+    StepCost,
+    best_k,
+    expected_tokens,
+)
+from localspec.devices import MIB
+from localspec.planner import MemoryPlan, ModelShape
+
+K_MAX = 8
+CPU_VERIFY_SLOPE = 0.5
+GPU_VERIFY_SLOPE = 0.02
+# Effective bytes per second of decoding: only their ratio matters, for a model split across both.
+CPU_BANDWIDTH = 20e9
+GPU_BANDWIDTH = 400e9
+# A decode on a CPU costs, besides streaming the weights, about as long as streaming this much
+# more (threads handing off each op, the graph, the step's Python): fitted so the 0.5B Qwen draft
+# costs ~0.64 of the 1.5B target's token, as measured on the 2-core CI machine.
+CPU_STEP_OVERHEAD_BYTES = 640 * MIB
+NGRAM_MATCH_RATE = 0.2
+NGRAM_ACCEPTANCE = NGRAM_PRIOR_BY_LENGTH[4]
+# Measured by layerskip.default_keep's split as greedy agreement: 54% on Qwen2.5-Coder-1.5B, 12% on SmolLM2.
+LAYERSKIP_ACCEPTANCE = 0.35
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Expected speedup over plain decoding at the best k, and the numbers behind it."""
+
+    speedup: float
+    k: int
+    draft_cost: float
+    verify_cost: float
+    acceptance: float
+    measured: bool = False
+
+
+class Costs:
+    """Decode costs in target-token units for one plan: measured curves where given, priors otherwise."""
+
+    def __init__(self, target: ModelShape, target_path: Path, curves: Mapping[Path, Curve]) -> None:
+        self.target = target
+        self.measured_target = curves.get(target_path)
+        self.curves = curves
+
+    def verify(self, plan: MemoryPlan) -> Curve:
+        """V(n) / V(1): what verifying n tokens costs in target tokens."""
+        if self.measured_target is not None:
+            return Curve(self.measured_target.relative())
+        seconds = _prior_seconds(self.target, plan.target.gpu_layers, plan.target.all_on_gpu)
+        return Curve(tuple(s / seconds[0] for s in seconds))
+
+    def draft_model(
+        self, draft: ModelShape, plan: MemoryPlan, acceptance: float, path: Path | None
+    ) -> Estimate:
+        assert plan.draft is not None
+        measured = self.curves.get(path) if path else None
+        if measured is not None and self.measured_target is not None:
+            cost = measured(1) / self.measured_target(1)
+        else:
+            measured = None
+            target = _prior_seconds(self.target, plan.target.gpu_layers, plan.target.all_on_gpu)
+            cost = _prior_seconds(draft, plan.draft.gpu_layers, plan.draft.all_on_gpu)[0] / target[0]
+        return estimate(self.verify(plan), cost, [acceptance], measured=measured is not None)
+
+    def scaled_draft(self, size_ratio: float, plan: MemoryPlan) -> Estimate:
+        """A draft not on disk: its bytes per token taken in proportion to its file size."""
+        t = self.target
+        scaled = replace(t, layer_bytes=tuple(int(b * size_ratio) for b in t.layer_bytes),
+                         head_bytes=int(t.head_bytes * size_ratio))  # fmt: skip
+        place = (plan.target.gpu_layers, plan.target.all_on_gpu)
+        cost = _prior_seconds(scaled, *place)[0] / _prior_seconds(t, *place)[0]
+        return estimate(self.verify(plan), cost, [DRAFT_PRIOR], measured=False)
+
+    def ngram(self, plan: MemoryPlan) -> Estimate:
+        return ngram_estimate(self.verify(plan), NGRAM_MATCH_RATE, [NGRAM_ACCEPTANCE], measured=False)
+
+
+def ngram_estimate(verify: Curve, match_rate: float, accept: Sequence[float], *, measured: bool) -> Estimate:
+    """N-gram lookup at its best k: a step without a match costs one target token and yields one."""
+    best: Estimate | None = None
+    for k in range(1, K_MAX + 1):
+        tokens = match_rate * expected_tokens(accept, k) + (1 - match_rate)
+        seconds = match_rate * verify(k + 1) + (1 - match_rate) * verify(1)
+        if best is None or tokens / seconds > best.speedup:
+            best = Estimate(tokens / seconds, k, 0.0, verify(k + 1), accept[0] if accept else 0.0, measured)
+    assert best is not None
+    return best
+
+
+def estimate(verify: Curve, cost: float, accept: Sequence[float], *, measured: bool) -> Estimate:
+    """A draft model at its best k: `cost` per drafted token, `accept[i]` at position i, verify curve V."""
+    plan = best_k(Option("draft", accept, StepCost(verify, 0.0, cost, cost), K_MAX))
+    speedup = plan.rate * verify(1) if plan.k else 0.0
+    return Estimate(speedup, plan.k, cost, verify(plan.k + 1), accept[0], measured)
+
+
+def _prior_seconds(shape: ModelShape, gpu_layers: int, all_on_gpu: bool) -> tuple[float, ...]:
+    """Prior seconds to decode n = 1..K_MAX + 1 tokens in one batch with this placement."""
+    n = shape.n_layers
+    head = shape.head_bytes + shape.other_bytes
+    gpu_read = sum(shape.layer_bytes[n - gpu_layers :]) + (head if all_on_gpu else 0)
+    cpu_read = shape.bytes_per_token - gpu_read
+    cpu = (cpu_read + CPU_STEP_OVERHEAD_BYTES) / CPU_BANDWIDTH if cpu_read > 0 else 0.0
+    gpu = gpu_read / GPU_BANDWIDTH
+    return tuple(
+        cpu * (1 + CPU_VERIFY_SLOPE * (m - 1)) + gpu * (1 + GPU_VERIFY_SLOPE * (m - 1))
+        for m in range(1, K_MAX + 2)
+    )

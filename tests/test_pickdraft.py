@@ -1,0 +1,317 @@
+"""pick-draft: candidates, verdicts and ranking on the real models and on tiny GGUFs, the cost model
+on synthetic curves, `--measure` on tiny models, and the command through click's runner.
+
+Device memory is the one fake: `--vram`/`--ram` (or a DeviceMemory) describe the machine planned for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+import tinymodels
+from click.testing import CliRunner, Result
+from test_gguf_info import shared_cache
+
+from localspec.cli import cli
+from localspec.controller import Curve
+from localspec.devices import GIB, cpu_only, nvidia
+from localspec.paths import Paths
+from localspec.pickdraft import PickResult, pick_draft
+from localspec.pickdraft_cost import estimate, ngram_estimate
+from localspec.pickdraft_measure import ProbeCounts, measure
+from localspec.settings import load_settings
+
+
+@pytest.fixture
+def env(tmp_path: Path, localspec_home: Path) -> dict[str, str]:
+    """A HOME and models folder of this test's own, so no real HF, LM Studio or Ollama folder is scanned."""
+    home, models = tmp_path / "home", tmp_path / "models"
+    home.mkdir()
+    models.mkdir()
+    return {"HOME": str(home), "LOCALSPEC_HOME": str(localspec_home), "LOCALSPEC_MODELS": str(models)}
+
+
+@pytest.fixture
+def isolated(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Path:
+    """The same isolation for the CLI, through the process environment."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "OLLAMA_MODELS"):
+        monkeypatch.delenv(var, raising=False)
+    return Path(env["LOCALSPEC_MODELS"])
+
+
+def by_label(result: PickResult) -> dict[str, dict[str, object]]:
+    return {c.label: c.to_dict() for c in result.candidates}
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args))
+
+
+@pytest.fixture
+def real_models(
+    env: dict[str, str],
+    localspec_home: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    qwen_target: Path,
+    qwen_draft: Path,
+    gemma: Path,
+    smollm: Path,
+) -> Path:
+    """The four real models linked into the test's models folder, with the session's warm header cache."""
+    models = Path(env["LOCALSPEC_MODELS"])
+    cache = shared_cache(tmp_path_factory)
+    from localspec.gguf_info import read_gguf_info, read_tokens
+
+    for path in (qwen_target, qwen_draft, gemma, smollm):
+        (models / path.name).symlink_to(path)
+        read_tokens(read_gguf_info(path, cache_dir=cache), cache_dir=cache)
+    shutil.copytree(cache, localspec_home / "cache", dirs_exist_ok=True)
+    return models
+
+
+# The real models on this CPU, and planned for a GPU.
+
+
+@pytest.mark.slow
+def test_on_this_cpu_the_qwen_draft_does_not_pay(real_models: Path, env: dict[str, str]) -> None:
+    target = real_models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    result = pick_draft(target, cpu_only(16 * GIB), env=env)
+    rows = by_label(result)
+    draft = next(c for c in result.candidates if c.label == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    assert draft.compatible and draft.fits and draft.estimate is not None
+    # The honest number for this machine: the 0.5B draft costs 0.6-0.75 of a 1.5B token.
+    assert 0.6 <= draft.estimate.draft_cost <= 0.75
+    assert draft.estimate.speedup < 1.0
+    assert "slower than plain decoding" in draft.reason
+    assert result.choice.method in ("ngram", "none") and result.choice.draft is None
+    assert result.choice.gpu_layers == 0
+    assert "costs 0.6" in result.choice.reason  # says why the draft lost
+    assert rows["SmolLM2-135M-Instruct.Q4_1.gguf"]["reason"] == (
+        "tokenizer differs: vocab sizes differ by 102784 (151936 vs 49152), more than 128"
+    )
+    assert (
+        rows["gemma-3-270m-q4_k_m.gguf"]["reason"] == "tokenizer differs: vocab types differ (gpt2 vs llama)"
+    )
+    assert not any(c.source == "catalog" for c in result.candidates)  # a local draft fits
+
+
+@pytest.mark.slow
+def test_with_a_24gib_gpu_the_qwen_draft_is_chosen(real_models: Path, env: dict[str, str]) -> None:
+    target = real_models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    result = pick_draft(target, nvidia(24 * GIB, 32 * GIB), env=env)
+    choice = result.choice
+    assert (
+        choice.method == "draft" and choice.draft == real_models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    )
+    assert (choice.gpu_layers, choice.draft_gpu_layers, choice.n_ctx) == (-1, -1, 4096)
+    assert choice.expected_speedup > 1.1 and choice.k >= 1
+    assert result.candidates[0].estimate is not None and result.candidates[0].estimate.draft_cost < 0.45
+
+
+@pytest.mark.slow
+def test_other_targets_refuse_qwen_drafts(real_models: Path, env: dict[str, str]) -> None:
+    result = pick_draft(real_models / "gemma-3-270m-q4_k_m.gguf", cpu_only(16 * GIB), env=env)
+    rows = by_label(result)
+    for qwen in ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"):
+        assert rows[qwen]["reason"] == "tokenizer differs: vocab types differ (llama vs gpt2)"
+    assert rows["SmolLM2-135M-Instruct.Q4_1.gguf"]["reason"] == (
+        "tokenizer differs: vocab types differ (llama vs gpt2)"
+    )
+
+
+@pytest.mark.slow
+def test_the_catalog_draft_is_offered_when_none_is_on_disk(
+    env: dict[str, str], qwen_target: Path, localspec_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    models = Path(env["LOCALSPEC_MODELS"])
+    (models / qwen_target.name).symlink_to(qwen_target)
+    shutil.copytree(shared_cache(tmp_path_factory), localspec_home / "cache", dirs_exist_ok=True)
+    result = pick_draft(models / qwen_target.name, nvidia(24 * GIB, 32 * GIB), env=env)
+    offered = [c for c in result.candidates if c.source == "catalog"]
+    assert [c.pull for c in offered] == [
+        "localspec pull Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    ]
+    assert offered[0].fits and offered[0].expected_speedup is not None and offered[0].expected_speedup > 1
+    assert not offered[0].usable  # not on disk: offered, never chosen
+    assert result.choice.method != "draft"
+
+
+# Tiny GGUFs for the edges.
+
+
+def test_tiny_candidates_each_with_a_reason(
+    env: dict[str, str], tmp_path: Path, tiny_target: Path, tiny_perfect_draft: Path, tiny_other_vocab: Path
+) -> None:
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    for path in (tiny_perfect_draft, tiny_other_vocab):
+        shutil.copy(path, drafts / path.name)
+    vocab = tinymodels.build_vocab()
+    tokens = list(vocab.tokens)
+    index = vocab.id("▁hello")
+    tokens[index] = "▁hallo"
+    tinymodels.write_tiny_model(
+        drafts / "one-token.gguf", vocab=dataclasses.replace(vocab, tokens=tuple(tokens))
+    )
+    tinymodels.write_tiny_model(drafts / "bos.gguf", bos_id=2)
+
+    result = pick_draft(tiny_target, cpu_only(8 * GIB), search_paths=[drafts], env=env)
+    rows = by_label(result)
+    files = {"tiny-perfect-draft.gguf", "tiny-other-vocab.gguf", "one-token.gguf", "bos.gguf"}
+    assert set(rows) == files | {"ngram", "layerskip", "none"}
+    assert rows["tiny-perfect-draft.gguf"]["compatible"] and rows["tiny-perfect-draft.gguf"]["fits"]
+    assert rows["one-token.gguf"]["reason"] == f"tokenizer differs: token {index}: '▁hello' vs '▁hallo'"
+    assert rows["bos.gguf"]["reason"] == "tokenizer differs: BOS ids differ (1 vs 2)"
+    assert str(rows["tiny-other-vocab.gguf"]["reason"]).startswith("tokenizer differs: token ")
+    assert rows["none"]["expected_speedup"] == 1.0
+    # Usable first, fastest first; the choice is the first usable one.
+    usable = [c for c in result.candidates if c.usable]
+    assert usable == result.candidates[: len(usable)]
+    speeds = [c.estimate.speedup for c in usable if c.estimate]
+    assert speeds == sorted(speeds, reverse=True)
+    assert result.choice.method == usable[0].method
+
+
+def test_the_target_is_not_its_own_candidate(env: dict[str, str], tiny_target: Path) -> None:
+    result = pick_draft(tiny_target, cpu_only(8 * GIB), search_paths=[tiny_target.parent], env=env)
+    assert tiny_target.name not in by_label(result)
+
+
+def test_a_draft_that_does_not_fit_says_so(env: dict[str, str], tiny_target: Path, tmp_path: Path) -> None:
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    tinymodels.write_tiny_model(drafts / "wide.gguf", n_layers=2, n_embd=256, n_ff=1024)
+    roomy = pick_draft(tiny_target, cpu_only(8 * GIB), search_paths=[drafts], env=env)
+    assert by_label(roomy)["wide.gguf"]["fits"]
+    alone = next(c.plan for c in roomy.candidates if c.method == "none")
+    assert alone is not None
+    # Room for the target alone (plus 1 GiB kept free for the OS), not for the draft beside it.
+    tight = cpu_only(GIB + alone.host_bytes + 256 * 1024)
+    row = by_label(pick_draft(tiny_target, tight, search_paths=[drafts], env=env))["wide.gguf"]
+    assert not row["fits"] and str(row["reason"]).startswith("does not fit: ")
+    assert "GiB of RAM" in str(row["reason"])
+
+
+# The cost model on synthetic curves.
+
+
+def test_cost_model_gpu_and_cpu_shapes() -> None:
+    flat = Curve(tuple(1 + 0.02 * (n - 1) for n in range(1, 10)))
+    cpu = Curve(tuple(1 + 0.5 * (n - 1) for n in range(1, 10)))
+    assert cpu(4) == 2.5
+    # A draft at a tenth of the target's cost on a GPU: several tokens per step pay well.
+    gpu_est = estimate(flat, 0.1, [0.8], measured=False)
+    assert gpu_est.speedup > 2.0 and gpu_est.k >= 4
+    # The same acceptance at 0.65 of a target token on a CPU: slower than plain decoding.
+    assert estimate(cpu, 0.65, [0.8], measured=False).speedup < 1.0
+    # Free n-gram drafts on a flat curve never lose; without matches they change nothing.
+    assert ngram_estimate(flat, 0.2, [0.4], measured=False).speedup > 1.0
+    assert ngram_estimate(flat, 0.0, [0.4], measured=False).speedup == pytest.approx(1.0)
+
+
+def test_probe_counts_give_conditional_acceptance() -> None:
+    # 10 drafts of 3: 8 accepted the first token, 4 of those the second, 2 of those the third.
+    counts = ProbeCounts(steps=20, drafting_steps=10, drafted=[10, 10, 10], accepted=[8, 4, 2])
+    assert counts.acceptance() == [0.8, 0.5, 0.5]
+    assert counts.match_rate == 0.5
+    assert ProbeCounts().acceptance() == [0.0]
+
+
+# --measure on tiny models, through the real loop.
+
+
+@pytest.mark.slow  # calibrates three tiny models: seconds on two busy cores
+def test_measure_on_tiny_models(
+    env: dict[str, str], tmp_path: Path, tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    shutil.copy(tiny_perfect_draft, drafts / "perfect.gguf")
+    fast = pick_draft(tiny_target, cpu_only(8 * GIB), search_paths=[drafts], env=env)
+    seen: list[tuple[str, float]] = []
+    result = measure(
+        fast, progress=lambda label, f: seen.append((label, f)), prompts=("hello world",), max_tokens=8
+    )
+    rows = {c.label: c for c in result.candidates}
+    perfect = rows["perfect.gguf"]
+    assert perfect.estimate is not None and perfect.estimate.measured
+    assert perfect.estimate.acceptance == 1.0  # the target's own weights: every draft token is accepted
+    assert "measured acceptance 100%" in perfect.reason
+    assert rows["ngram"].estimate is not None and rows["ngram"].estimate.measured
+    fractions = [f for _, f in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    # The calibration landed in the cache the auto policy reads.
+    assert list((Paths.from_env(env).cache_dir / "calibration").glob("*.json"))
+
+
+# The command.
+
+
+def test_cli_table_and_json(isolated: Path, tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    shutil.copy(tiny_perfect_draft, isolated / tiny_perfect_draft.name)
+    table = run("pick-draft", "--target", str(tiny_target), "--vram", "0", "--ram", "8G")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[1] == "memory: CPU only; RAM 8.0 of 8.0 GiB available (psutil, --ram, --vram)"
+    assert "CANDIDATE" in lines[3]
+    rows = [line for line in lines[4:] if line.strip() and not line.startswith(("choice", "why", "plan"))]
+    assert len(rows) == 4  # the perfect draft, ngram, layerskip, none: one line each
+    assert sum(line.startswith("*") for line in rows) == 1
+
+    out = run("pick-draft", "--target", str(tiny_target), "--vram", "24G", "--json", "--ctx", "1024")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert set(data["choice"]) >= {"method", "draft", "k", "gpu_layers", "draft_gpu_layers", "n_ctx"}
+    assert data["choice"]["n_ctx"] == 1024
+    for cand in data["candidates"]:
+        assert set(cand) >= {"path", "compatible", "reason", "fits", "expected_speedup"}
+
+
+def test_cli_save_writes_what_serve_reads(
+    isolated: Path, tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
+    shutil.copy(tiny_perfect_draft, isolated / "perfect.gguf")
+    out = run("pick-draft", "--target", str(tiny_target), "--vram", "24G", "--save", "--json")
+    assert out.exit_code == 0, out.output
+    choice = json.loads(out.stdout)["choice"]
+    config = Paths.from_env().config_file
+    assert f"saved to {config}" in out.stderr
+    saved = tomllib.loads(config.read_text())
+    assert saved["method"] == choice["method"] and saved["target"] == str(tiny_target.resolve())
+    settings = load_settings()
+    assert settings.method == choice["method"] and settings.n_ctx == choice["n_ctx"]
+    assert settings.gpu_layers == choice["gpu_layers"]
+
+
+def test_cli_refuses_a_size_it_cannot_read(isolated: Path, tiny_target: Path) -> None:
+    out = run("pick-draft", "--target", str(tiny_target), "--vram", "lots")
+    assert out.exit_code == 2
+    assert out.stderr.startswith("error: cannot read the size 'lots'")
+
+
+def test_cli_refuses_a_machine_too_small_with_the_numbers(isolated: Path, tiny_target: Path) -> None:
+    out = run("pick-draft", "--target", str(tiny_target), "--vram", "0", "--ram", "1G")
+    assert out.exit_code == 2
+    assert "need" in out.stderr and "GiB of RAM" in out.stderr
+
+
+def test_apply_choice_fills_only_what_was_not_given(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    from localspec.pickdraft import Choice, apply_choice
+
+    choice = Choice("draft", tiny_perfect_draft, 3, -1, -1, 4096, 1.5, "why")
+    filled = apply_choice(load_settings(target=tiny_target), choice)
+    assert (filled.method, filled.draft, filled.k) == ("draft", tiny_perfect_draft, 3)
+    assert (filled.gpu_layers, filled.draft_gpu_layers) == (-1, -1)
+    kept = apply_choice(load_settings(target=tiny_target, method="ngram", gpu_layers=10), choice)
+    assert (kept.method, kept.gpu_layers, kept.draft) == ("ngram", 10, tiny_perfect_draft)
+    plain = apply_choice(
+        load_settings(target=tiny_target), Choice("none", None, 0, 0, None, 4096, 1.0, "why")
+    )
+    assert (plain.method, plain.draft, plain.k) == ("none", None, 4)  # k stays valid (>= 1)
