@@ -218,14 +218,29 @@ def apply_choice(settings: Settings, choice: Choice) -> Settings:
     return settings.model_copy(update={k: v for k, v in update.items() if k not in given and v is not None})
 
 
+# An n-gram estimate assumes the text repeats itself (NGRAM_MATCH_RATE of steps find a match); a
+# draft model's does not. So where the two are this close, the draft model is the safer bet.
+NGRAM_TIE_MARGIN = 0.03
+
+
 def rank_key(c: Candidate) -> tuple[bool, float, str]:
     """Usable candidates first, fastest first."""
     return (not c.usable, -(c.estimate.speedup if c.estimate else 0.0), c.label)
 
 
+def _prefer_model_draft(ranked: list[Candidate], best: Candidate) -> Candidate:
+    """Within NGRAM_TIE_MARGIN of an n-gram winner, a usable draft model wins instead."""
+    if best.method != "ngram" or best.estimate is None:
+        return best
+    for c in ranked:
+        if c.method == "draft" and c.usable and c.estimate is not None:
+            return c if c.estimate.speedup >= best.estimate.speedup - NGRAM_TIE_MARGIN else best
+    return best
+
+
 def choose(ranked: list[Candidate]) -> Choice:
     """The first usable candidate of a ranked list, as settings, with why it beat the best draft model."""
-    best = next(c for c in ranked if c.usable)  # `none` always is
+    best = _prefer_model_draft(ranked, next(c for c in ranked if c.usable))  # `none` always is
     assert best.plan is not None and best.estimate is not None
     plan = best.plan
     draft_layers = plan.draft.llama_gpu_layers if plan.draft else None
