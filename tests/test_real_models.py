@@ -24,10 +24,12 @@ pytestmark = pytest.mark.slow
 
 
 def chat(engine: Engine, text: str, method: Method, max_tokens: int, k: int = 4) -> GenerationResult:
+    """A fresh evaluation of the prompt (no KV reuse), as the target alone would compute it."""
     messages = (ChatMessage("user", text),)
-    return engine.generate(
-        GenerationRequest(messages=messages, max_tokens=max_tokens, speculative=SpecParams(method, k))
+    request = GenerationRequest(
+        messages=messages, max_tokens=max_tokens, speculative=SpecParams(method, k), cache_prompt=False
     )
+    return engine.generate(request)
 
 
 @pytest.fixture(scope="module")
