@@ -68,8 +68,10 @@ def default_threads() -> int:
 class LoadOptions:
     """How to load one model. gpu_layers: None = all when offload is supported, -1 = all, 0 = CPU.
 
-    batch_invariant turns off weight repacking and forces flash attention, which makes small
-    batched verifies round like one-token decoding on the CPU (scripts/batch_rounding.py).
+    batch_invariant (on by default) turns off weight repacking and forces flash attention, which
+    makes small batched verifies round like one-token decoding on the CPU (scripts/batch_rounding.py).
+    With repacking on, greedy speculative output differed from the target alone on 4 of the 8
+    bench prompts on Qwen2.5-Coder-1.5B; with it off, on none.
     """
 
     n_ctx: int = 4096
@@ -77,7 +79,7 @@ class LoadOptions:
     gpu_layers: int | None = None
     kv_type: str = "f16"
     n_batch: int = 512
-    batch_invariant: bool = False
+    batch_invariant: bool = True
 
 
 def check_gguf_file(path: Path) -> None:
