@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from localspec import calibrate as calibrate_module
 from localspec.auto import AutoPolicy, OnlineCosts, StepRecord
 from localspec.backend import LlamaModel, LoadOptions
 from localspec.controller import K_MAX, Curve, Plan
@@ -339,7 +340,7 @@ def run(engine: Engine, prompt: str, method: Method, **kw: object) -> Generation
 
 
 def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draft(
-    tiny_target: Path, tiny_useless_draft: Path
+    tiny_target: Path, tiny_useless_draft: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calibration = Paths.from_env().cache_dir / "calibration"
     with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
@@ -356,6 +357,9 @@ def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draf
             for name, n in spec.stats.method_steps.items():
                 steps[name] = steps.get(name, 0) + n
         assert steps["none"] >= 0.85 * sum(steps.values())
+    # The busy-machine guard re-measures when one token now looks 25% faster than cached; a tiny
+    # model's sub-millisecond timings can trip it by noise, and this test is about reuse.
+    monkeypatch.setattr(calibrate_module, "FASTER", 0.0)
     with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
         engine.wait_ready()
         assert [f.stat().st_mtime_ns for f in sorted(calibration.glob("*.json"))] == stamps
