@@ -32,7 +32,13 @@ class SpeculativeOptions(_Body):
     """localspec's extension: which speculation to run for this request."""
 
     method: Method | None = Field(None, description="auto, none, draft, ngram or layerskip.")
-    k: int | None = Field(None, ge=1, le=32, description="Most tokens drafted per step.")
+    k: int | None = Field(
+        None,
+        ge=1,
+        le=32,
+        description="Most tokens drafted per step; caps auto too. Default: the daemon's -k, else 4 "
+        "for a fixed method and auto's own maximum for auto.",
+    )
 
 
 class StreamOptions(_Body):
@@ -224,7 +230,9 @@ def stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
 def spec_params(options: SpeculativeOptions | None, default: SpecParams) -> SpecParams:
     if options is None:
         return default
-    return SpecParams(method=options.method or default.method, k=options.k or default.k)
+    # A request naming only a method gets the daemon's k, or (None) that method's default.
+    k = default.k if options.k is None else options.k
+    return SpecParams(method=options.method or default.method, k=k)
 
 
 def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:

@@ -132,21 +132,11 @@ class OnlineCosts:
         per = self.draft_scale * self.draft(1)
         return StepCost(verify, self.overhead, first + extra, per + extra, scale)
 
-    def redecided(self, step: StepRecord) -> bool:
-        """Whether a drafting step's verify took a near-tie's extra one-token decode.
-
-        Read from its time (the step does not say): half a token's decode beyond the batch's.
-        A busy machine can pass for one now and then, which only makes auto more careful.
-        """
-        if not step.drafted:
-            return False
-        expected = self.target_scale * (self.verify(step.drafted + 1) + 0.5 * self.verify(1))
-        return step.target_s > expected
-
-    def learn(self, step: StepRecord, redecided: bool = False) -> None:
+    def learn(self, step: StepRecord) -> None:
         """Fold one finished step's times into the corrections."""
-        if step.target_s > 0:
-            batch_s = step.target_s - (self.target_scale * self.verify(1) if redecided else 0.0)
+        # A near-tie's one-token decode is not the batch's cost: the verify curve is the batch alone.
+        batch_s = step.target_s - step.redecide_s
+        if batch_s > 0:
             self.target_scale = _clamp(_ew(self.target_scale, batch_s / self.verify(step.drafted + 1)))
         residual = step.wall_s - step.target_s - step.draft_s
         if step.decodes and self.draft is not None and step.lag <= K_MAX + 1:
@@ -178,14 +168,19 @@ class StepRecord:
     refused: bool = False
     drafted: int = 0
     accepted: int = 0
+    redecided: int = 0
     draft_s: float = 0.0
     target_s: float = 0.0
+    redecide_s: float = 0.0
     wall_s: float = 0.0
     observed: bool = False
 
 
 class AutoPolicy:
-    """The Policy behind `--method auto`: plain decoding, unless a drafter is expected to beat it."""
+    """The Policy behind `--method auto`: plain decoding, unless a drafter is expected to beat it.
+
+    `k_max` caps the tokens drafted per step (a request's k; at most K_MAX, what calibration covers).
+    """
 
     def __init__(
         self,
@@ -197,7 +192,7 @@ class AutoPolicy:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.costs = costs
-        self.k_max = k_max
+        self.k_max = max(1, min(k_max, K_MAX))
         self.acceptance: dict[str, PositionalAcceptance] = {}
         self.confidence = ConfidenceMap()
         self.streak = 0
@@ -255,6 +250,7 @@ class AutoPolicy:
         step.observed = True
         step.drafted, step.accepted = outcome.drafted, outcome.accepted
         step.draft_s, step.target_s = outcome.draft_s, outcome.target_s
+        step.redecided, step.redecide_s = outcome.redecided, outcome.redecide_s
         if self._draft is not None and step.name == self._draft.name and step.decodes:
             # A first token the confidence rule refused counts as rejected, or a draft that always
             # stops at once would be planned, and paid for, every step. Later refusals are choices,
@@ -272,11 +268,10 @@ class AutoPolicy:
             return
         if step.observed:
             step.wall_s = now - step.started
-            redecided = self.costs.redecided(step)
-            self.costs.learn(step, redecided)
+            self.costs.learn(step)
             if step.drafted:
                 # Positions judged: up to the first rejection (or the near-tie that ended the step).
-                self.ties = self.ties * TIE_DECAY + redecided
+                self.ties = self.ties * TIE_DECAY + step.redecided
                 judged = min(step.accepted + 1, step.drafted + 1)
                 self.tie_positions = self.tie_positions * TIE_DECAY + judged
         new = tokens[step.n_tokens :]

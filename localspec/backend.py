@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,13 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp import _logger as llama_logger
 
-from localspec.errors import ContextOverflowError, LocalspecError, ModelFileError, UnsupportedModelError
+from localspec.errors import (
+    ContextOverflowError,
+    LocalspecError,
+    ModelFileError,
+    RequestCancelledError,
+    UnsupportedModelError,
+)
 
 KV_TYPES = {
     "f16": llama_cpp.GGML_TYPE_F16,
@@ -28,8 +35,10 @@ KV_TYPES = {
     "q4_0": llama_cpp.GGML_TYPE_Q4_0,
 }
 GGUF_MAGIC = b"GGUF"
+LLAMA_DECODE_ABORTED = 2  # llama_decode's return code when the abort callback said stop
 
 ProgressFn = Callable[[float], None]
+_NO_ABORT = llama_cpp.ggml_abort_callback()  # a NULL callback: llama.cpp never asks
 
 _backend_ready = False
 
@@ -80,6 +89,10 @@ class LoadOptions:
     kv_type: str = "f16"
     n_batch: int = 512
     batch_invariant: bool = True
+
+
+def _cancelled(done: int, total: int) -> RequestCancelledError:
+    return RequestCancelledError(f"cancelled after {done} of {total} tokens were decoded")
 
 
 def check_gguf_file(path: Path) -> None:
@@ -235,18 +248,38 @@ class LlamaModel:
 
     # --- decoding ---------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], n_logits: int = 1) -> float:
+    def decode(
+        self, tokens: Sequence[int], n_logits: int = 1, cancel: threading.Event | None = None
+    ) -> float:
         """Append `tokens` at position n_past; keep logits for the last `n_logits` of them.
 
         Returns the seconds spent in llama.cpp (decode plus synchronise). Long inputs are
         split into n_batch chunks; logits are only asked for where they will be read.
+        With `cancel`, setting it stops the decode between chunks or inside one (llama.cpp's
+        abort callback, checked during the CPU graph compute): the chunks already decoded
+        stay cached, n_past ends after them, and RequestCancelledError is raised.
         """
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextOverflowError(self.n_past + len(tokens), self.n_ctx)
+        if cancel is None:
+            return self._decode(tokens, n_logits, None)
+        # Installed only for this call: the callback runs once per graph node and takes the GIL
+        # each time, which costs nothing next to a prompt chunk but would slow one-token steps.
+        # The local `abort` keeps the ctypes callback alive until it is uninstalled.
+        abort = llama_cpp.ggml_abort_callback(lambda _data: cancel.is_set())
+        llama_cpp.llama_set_abort_callback(self._ctx, abort, None)
+        try:
+            return self._decode(tokens, n_logits, cancel)
+        finally:
+            llama_cpp.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
+
+    def _decode(self, tokens: Sequence[int], n_logits: int, cancel: threading.Event | None) -> float:
         spent = 0.0
         size = self.options.n_batch
         first_logit = len(tokens) - n_logits
         for start in range(0, len(tokens), size):
+            if cancel is not None and cancel.is_set():
+                raise _cancelled(start, len(tokens))
             chunk = tokens[start : start + size]
             self._fill_batch(chunk, start, first_logit)
             t0 = time.perf_counter()
@@ -254,6 +287,11 @@ class LlamaModel:
             llama_cpp.llama_synchronize(self._ctx)
             spent += time.perf_counter() - t0
             if rc != 0:
+                # An aborted or failed chunk may leave some of its positions cached: drop them, so the
+                # cache holds exactly the n_past positions before it.
+                llama_cpp.llama_memory_seq_rm(self._memory, 0, self.n_past, -1)
+                if rc == LLAMA_DECODE_ABORTED and cancel is not None:  # only our callback aborts
+                    raise _cancelled(start, len(tokens))
                 raise LocalspecError(f"llama_decode failed with code {rc} at position {self.n_past}")
             self.n_past += len(chunk)
         return spent

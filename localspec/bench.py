@@ -27,6 +27,8 @@ class BenchRow:
     drafted: int
     accepted: int
     mean_accepted_length: float
+    k: int
+    mean_k: float
     redecided: int
     python_share: float
     method_steps: dict[str, int]
@@ -50,11 +52,14 @@ def run_bench(
     methods: Sequence[Method],
     *,
     max_tokens: int,
-    k: int,
+    k: int | None = None,
     repeat: int = 1,
     on_run: Callable[[str, str], None] | None = None,
 ) -> dict[str, dict[str, BenchRow]]:
-    """{prompt name: {method: row}}; `none` is always run first as the reference."""
+    """{prompt name: {method: row}}; `none` is always run first as the reference.
+
+    `k` None runs each method with its default k (see SpecParams).
+    """
     report: dict[str, dict[str, BenchRow]] = {}
     ordered = ["none", *[m for m in methods if m != "none"]]
     for name, text in prompts.items():
@@ -70,7 +75,7 @@ def run_bench(
 
 
 def _fastest(
-    engine: Engine, request: GenerationRequest, method: Method, k: int, repeat: int
+    engine: Engine, request: GenerationRequest, method: Method, k: int | None, repeat: int
 ) -> GenerationResult:
     # Every run evaluates its prompt from scratch, so methods are compared on equal terms.
     spec = GenerationRequest(
@@ -97,6 +102,8 @@ def _row(result: GenerationResult, base: GenerationResult) -> BenchRow:
         drafted=st.drafted,
         accepted=st.accepted,
         mean_accepted_length=round(st.mean_accepted_length, 2),
+        k=st.k,
+        mean_k=round(st.mean_k, 2),
         redecided=st.redecided,
         python_share=round(st.python_s / st.elapsed_s, 4) if st.elapsed_s else 0.0,
         method_steps=dict(st.method_steps),

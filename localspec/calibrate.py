@@ -43,6 +43,12 @@ CACHE_VERSION = 2
 # A cached curve is measured again when one token now decodes this much faster than it says: it
 # was measured on a busy machine. (Slower now means busy now: the cached curve is the better one.)
 FASTER = 0.75
+# ...and by at least this much in absolute terms. A tiny test model decodes a token in ~0.05 ms
+# on this CPU, so scheduler jitter is "25% faster" there; a real model's 25% is well above it
+# (Qwen2.5-Coder-1.5B Q4_K_M: ~34 ms a token on 2 cores, so ~8.5 ms). Under 4 ms a token it takes
+# more than a 25% drop to fire; a curve off by under 1 ms a step costs little, and OnlineCosts
+# rescales it from each step's measured time anyway.
+BUSY_MIN_S = 1e-3
 SPOT_REPEATS = 3
 # Any text works; code tokenizes into ordinary pieces on every vocabulary.
 _TEXT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
@@ -174,7 +180,7 @@ def calibrate(
     """
     key = calibration_key(model.path, model.options, sizes)
     cached = None if refresh else load_cached(cache_dir, key)
-    if cached is not None and spot_check(model) >= FASTER * cached(1):
+    if cached is not None and not measured_busy(cached(1), spot_check(model)):
         return Calibration(key, cached, from_cache=True)
     curve = measure(model, sizes=sizes, progress=progress)
     if cached is not None:
@@ -182,6 +188,11 @@ def calibrate(
         curve = Curve(tuple(min(a, b) for a, b in zip(curve.seconds, cached.seconds, strict=True)))
     store(cache_dir, key, curve)
     return Calibration(key, curve, from_cache=False)
+
+
+def measured_busy(cached_s: float, now_s: float) -> bool:
+    """Whether a cached one-token time looks measured on a busy machine, given one measured now."""
+    return now_s < FASTER * cached_s and cached_s - now_s > BUSY_MIN_S
 
 
 def spot_check(model: LlamaModel) -> float:

@@ -22,10 +22,10 @@ from localspec.drafters import Drafter, ModelDrafter, NgramDrafter, common_prefi
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.prompting import prompt_tokens
 from localspec.speculative import FixedPolicy, Generation, Policy
-from localspec.types import GenerationRequest, GenerationResult, Method, TokenChunk
+from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, Method, SpecParams, TokenChunk
 
 if TYPE_CHECKING:
-    from localspec.auto import OnlineCosts
+    from localspec.auto import AutoPolicy, OnlineCosts
 
 log = logging.getLogger("localspec.engine")
 
@@ -41,7 +41,7 @@ class EngineConfig:
     target: Path
     draft: Path | None = None
     method: Method = "auto"
-    k: int = 4
+    k: int | None = None  # None: each method's default (SpecParams)
     load: LoadOptions = field(default_factory=LoadOptions)
     draft_gpu_layers: int | None = None
     queue_size: int = 16
@@ -257,7 +257,7 @@ class Engine:
         assert self._target is not None
         req = job.request
         tokens = prompt_tokens(self._target, req)
-        policy, method, reason = self._policy(req.speculative.method, req.speculative.k)
+        policy, method, k, reason = self._policy(req.speculative)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
         gen = Generation(
@@ -268,7 +268,7 @@ class Engine:
             stop=req.stop,
             policy=policy,
             method=method,
-            k=req.speculative.k,
+            k=k,
             cancel=job.cancelled,
             reuse=reuse,
         )
@@ -279,25 +279,29 @@ class Engine:
         self._kv_tokens = gen.tokens[: self._target.n_past]
         return gen.result
 
-    def _policy(self, method: Method, k: int) -> tuple[Policy, str, str | None]:
-        """The policy for a request's method; a method that cannot run falls back to `none`, with why."""
+    def _policy(self, spec: SpecParams) -> tuple[Policy, str, int, str | None]:
+        """A request's policy, method and k cap; a method that cannot run falls back to `none`, with why."""
+        method = spec.method
         if method == "auto":
-            return self._auto_policy(), "auto", None
+            policy = self._auto_policy(spec.k)
+            return policy, "auto", policy.k_max, None
+        k = DEFAULT_K if spec.k is None else spec.k
         if method == "none":
-            return FixedPolicy(None, 0), "none", None
+            return FixedPolicy(None, 0), "none", 0, None
         if method == "layerskip":
             try:
-                return FixedPolicy(self._layerskip(), k), method, None
+                return FixedPolicy(self._layerskip(), k), method, k, None
             except LocalspecError as exc:
-                return FixedPolicy(None, 0), "none", f"layerskip unavailable: {exc.message}"
+                return FixedPolicy(None, 0), "none", 0, f"layerskip unavailable: {exc.message}"
         drafter = self._drafters.get(method)
         if drafter is None:
             why = self.info.draft_error or "no draft model loaded (--draft FILE)"
-            return FixedPolicy(None, 0), "none", f"{method} unavailable: {why}"
-        return FixedPolicy(drafter, k), method, None
+            return FixedPolicy(None, 0), "none", 0, f"{method} unavailable: {why}"
+        return FixedPolicy(drafter, k), method, k, None
 
-    def _auto_policy(self) -> Policy:
+    def _auto_policy(self, k: int | None) -> AutoPolicy:
         from localspec.auto import AutoPolicy
+        from localspec.controller import K_MAX
 
         draft = self._drafters.get("draft")
         # Its own n-gram index, matching up to 8 tokens: the match length is the evidence auto weighs.
@@ -305,6 +309,7 @@ class Engine:
             self._calibrated(),
             NgramDrafter(min_n=2, max_n=8),
             draft if isinstance(draft, ModelDrafter) else None,
+            k_max=K_MAX if k is None else k,
         )
 
     def _calibrated(self) -> OnlineCosts:

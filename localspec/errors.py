@@ -127,3 +127,10 @@ class PayloadTooLargeError(LocalspecError):
     http_status = 413
     error_type = "invalid_request_error"
     code = "body_too_large"
+
+
+class RequestCancelledError(LocalspecError):
+    """A generation stopped because it was cancelled (its client left); no one is told it failed."""
+
+    http_status = 499  # nginx's "client closed request": by then nobody reads the answer
+    code = "cancelled"

@@ -181,12 +181,23 @@ def replay(
         clock.advance(machine.step_overhead + draft.seconds)
         n = len(draft.tokens)
         new, accepted, redecided = _verify(trace, result.tokens, draft.tokens)
-        target_s = machine.verify(n + 1) + (machine.verify(1) if redecided else 0.0)
+        redecide_s = machine.verify(1) if redecided else 0.0
+        target_s = machine.verify(n + 1) + redecide_s
         clock.advance(target_s + machine.position_overhead * (n + 1))
         name = drafter.name if drafter is not None and n else "none"
         thinking = time.perf_counter()
         policy.observe(
-            StepOutcome(drafter.name if drafter else None, k, n, accepted, 0, draft.seconds, target_s)
+            StepOutcome(
+                drafter.name if drafter else None,
+                k,
+                n,
+                accepted,
+                0,
+                draft.seconds,
+                target_s,
+                int(redecided),
+                redecide_s,
+            )
         )
         if charge_policy:
             clock.advance(time.perf_counter() - thinking)

@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     target: Path | None = Field(None, description="Target GGUF; default: the catalog's default target.")
     draft: Path | None = Field(None, description="Draft GGUF; default: pick-draft's saved choice, if any.")
     method: Method = Field("auto", description="Speculation method: auto, none, draft, ngram, layerskip.")
-    k: int = Field(4, ge=1, le=32, description="Most tokens drafted per step.")
+    k: int | None = Field(None, ge=1, le=32, description="Most tokens drafted per step; default 4, auto 15.")
     n_ctx: int = Field(4096, ge=64, description="Context size in tokens for target and draft.")
     threads: int | None = Field(None, ge=1, description="CPU threads; default: physical cores.")
     gpu_layers: int | None = Field(None, ge=-1, description="Target layers on the GPU; default: plan.")

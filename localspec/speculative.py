@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from localspec.backend import LlamaModel
 from localspec.drafters import Draft, Drafter
-from localspec.errors import ContextOverflowError
+from localspec.errors import ContextOverflowError, RequestCancelledError
 from localspec.sampling import greedy_accept, probabilities, rejection_sample, sample
 from localspec.textstream import TextStream
 from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
@@ -55,6 +55,10 @@ class StepOutcome:
     evidence: int
     draft_s: float
     target_s: float
+    # Positions re-decided by a one-token decode for a near-tie (the step ends at the first),
+    # and that decode's seconds, which target_s includes.
+    redecided: int = 0
+    redecide_s: float = 0.0
 
 
 class Policy(Protocol):
@@ -131,6 +135,8 @@ class Generation:
         self.finish: FinishReason | None = None
         self.result: GenerationResult | None = None
         self._drafters_started: set[int] = set()
+        self._drafted_total = 0  # tokens drafted over all steps, for mean_k
+        self._redecide_s = 0.0  # this step's near-tie decodes
 
     # --- driving ------------------------------------------------------------
 
@@ -140,7 +146,12 @@ class Generation:
             self.target.truncate(self.reuse)
         else:
             self.target.reset()
-        self.stats.target_s += self.target.decode(self.prompt[self.reuse :], 1)
+        try:
+            self.stats.target_s += self.target.decode(self.prompt[self.reuse :], 1, self.cancel)
+        except RequestCancelledError:  # stopped while the prompt was read: no tokens, the cache intact
+            self.finish = "cancelled"
+            self._close(t0)
+            return
         first = self._pick(self.target.logits(-1))
         yield from self._emit(_Step([first], 0), t0)
         while self.finish is None:
@@ -166,7 +177,9 @@ class Generation:
         self.stats.steps += 1
         name = drafter.name if drafter is not None and draft.tokens else "none"
         self.stats.method_steps[name] = self.stats.method_steps.get(name, 0) + 1
-        target_before = self.stats.target_s
+        self._drafted_total += len(draft.tokens)
+        target_before, redecided_before = self.stats.target_s, self.stats.redecided
+        self._redecide_s = 0.0
         step = self._verify(draft)
         self.policy.observe(
             StepOutcome(
@@ -177,6 +190,8 @@ class Generation:
                 draft.evidence,
                 draft.seconds,
                 self.stats.target_s - target_before,
+                self.stats.redecided - redecided_before,
+                self._redecide_s,
             )
         )
         return step
@@ -229,7 +244,9 @@ class Generation:
     def _redecide(self, batch: Sequence[int], base: int, i: int) -> _Judgement:
         """Decide position i as the target alone would, with a one-token decode; the step ends there."""
         self.target.truncate(base + i)
-        self.stats.target_s += self.target.decode([batch[i]], 1)
+        seconds = self.target.decode([batch[i]], 1)
+        self.stats.target_s += seconds
+        self._redecide_s += seconds
         self.stats.redecided += 1
         choice = int(self.target.logits(-1).argmax())
         draft = batch[1:]
@@ -286,6 +303,7 @@ class Generation:
         st.acceptance_rate = st.accepted / st.drafted if st.drafted else 0.0
         drafted_steps = sum(v for m, v in st.method_steps.items() if m != "none")
         st.mean_accepted_length = st.accepted / drafted_steps if drafted_steps else 0.0
+        st.mean_k = self._drafted_total / drafted_steps if drafted_steps else 0.0
         st.python_s = max(0.0, st.elapsed_s - st.target_s - st.draft_s)
         self.result = GenerationResult(self.stream.text, tuple(self.generated), self.finish or "stop", st)
 

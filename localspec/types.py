@@ -34,12 +34,20 @@ class SamplingParams:
         return self.temperature <= 0.0
 
 
+# Tokens drafted per step by a fixed method (draft, ngram, layerskip) when the request names no k.
+DEFAULT_K = 4
+
+
 @dataclass(frozen=True)
 class SpecParams:
-    """Which speculation to run; k is the most tokens drafted per step."""
+    """Which speculation to run; k is the most tokens drafted per step.
+
+    k None means the method's default: DEFAULT_K for a fixed method, and for auto the most its
+    controller drafts (localspec.controller.K_MAX). An explicit k caps auto too.
+    """
 
     method: Method = "auto"
-    k: int = 4
+    k: int | None = None
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,16 @@ class GenerationRequest:
 
 @dataclass
 class GenerationStats:
-    """What one request did and cost. Times in seconds."""
+    """What one request did and cost. Times in seconds.
+
+    `k` is the cap on tokens drafted per step that the request ran with (0: no drafting);
+    `mean_k` the tokens drafted per step, over the steps that drafted any (after the policy's
+    choice, the room left and a drafter stopping early); `method_steps` counts steps per drafter.
+    """
 
     method: str = "none"
     k: int = 0
+    mean_k: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0
     tokens: int = 0

@@ -113,7 +113,8 @@ def _measure(
     k = int(k_text) if k_text.isdigit() else 0
     policy: Policy
     if name == "auto":
-        policy = AutoPolicy(costs, NgramDrafter(2, 8), ModelDrafter(draft))
+        k = min(k, K_MAX) or K_MAX  # "auto:N" caps it at N, as a request's k does
+        policy = AutoPolicy(costs, NgramDrafter(2, 8), ModelDrafter(draft), k_max=k)
     elif name == "ngram":
         policy = FixedPolicy(NgramDrafter(), k)
     elif name == "draft":
@@ -145,7 +146,7 @@ def _measure(
         "ttft_s": st.ttft_s,
         "method_steps": st.method_steps,
         "redecided": st.redecided,
-        "mean_k": policy.summary()["mean_k"] if isinstance(policy, AutoPolicy) else k,
+        "mean_k": st.mean_k,
     }
 
 

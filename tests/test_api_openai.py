@@ -12,6 +12,9 @@ import pytest
 from daemonproc import TOKEN, Daemon, start_daemon
 from openai.types.chat import ChatCompletionMessageParam
 
+from localspec.api_schemas import SpeculativeOptions, spec_params
+from localspec.types import SpecParams
+
 pytestmark = pytest.mark.timeout(120)
 
 CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello world"}]
@@ -131,23 +134,35 @@ def test_seed_makes_sampling_reproducible(uds_openai: openai.OpenAI) -> None:
 
 
 def test_speculative_extension_picks_the_method(uds_openai: openai.OpenAI) -> None:
-    def run(method: str) -> tuple[str | None, dict[str, Any]]:
+    def run(method: str, k: int | None = 3) -> tuple[str | None, dict[str, Any]]:
         out = uds_openai.chat.completions.create(
             model="tiny-target",
             messages=CHAT,
             max_tokens=24,
             temperature=0,
-            extra_body={"speculative": {"method": method, "k": 3}},
+            extra_body={"speculative": {"method": method, "k": k}},
         )
         return out.choices[0].message.content, _extra(out, "localspec")
 
     plain_text, plain = run("none")
     draft_text, drafted = run("draft")
     assert draft_text == plain_text  # lossless
-    assert plain["method"] == "none" and plain["drafted"] == 0
+    assert plain["method"] == "none" and plain["drafted"] == 0 and plain["k"] == 0
     assert drafted["method"] == "draft" and drafted["k"] == 3
-    assert drafted["drafted"] > 0
+    assert drafted["drafted"] > 0 and 1.0 <= drafted["mean_k"] <= 3.0
     assert drafted["accepted"] > 0  # the perfect draft agrees with the target
+    assert run("draft", None)[1]["k"] == 4  # no k: the daemon's default
+    auto_text, auto = run("auto", 2)
+    assert auto_text == plain_text
+    assert auto["k"] == 2 and len(auto["drafted_by_position"]) <= 2 and auto["mean_k"] <= 2.0
+
+
+def test_a_request_k_overrides_the_daemon_default_and_none_keeps_it() -> None:
+    options = SpeculativeOptions.model_validate
+    assert spec_params(options({"method": "auto"}), SpecParams("draft", None)) == SpecParams("auto", None)
+    assert spec_params(options({"k": 2}), SpecParams("auto", None)) == SpecParams("auto", 2)
+    assert spec_params(options({"method": "ngram"}), SpecParams("auto", 6)) == SpecParams("ngram", 6)
+    assert spec_params(None, SpecParams("auto", 6)) == SpecParams("auto", 6)
 
 
 def test_streamed_chunks_carry_token_ids(daemon: Daemon) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from localspec import calibrate as calibrate_module
+from localspec import speculative
 from localspec.auto import AutoPolicy, OnlineCosts, StepRecord
 from localspec.backend import LlamaModel, LoadOptions
 from localspec.controller import K_MAX, Curve, Plan
@@ -36,7 +36,7 @@ TINY = LoadOptions(n_ctx=1024, n_threads=1)
 class FrozenCosts(OnlineCosts):
     """Costs as calibrated, never corrected by this busy machine: decisions follow the curves alone."""
 
-    def learn(self, step: StepRecord, redecided: bool = False) -> None:
+    def learn(self, step: StepRecord) -> None:
         pass
 
 
@@ -200,16 +200,22 @@ def test_near_ties_end_steps_and_auto_drafts_less_where_they_are_common() -> Non
     rough, policy = run_auto(m, tied)
     assert policy.near_tie > 0.2
     assert rough.drafted / rough.steps < smooth.drafted / smooth.steps
+    # Each step says what its near-tie decode took: the machine is not taken for a slower one.
+    assert rough.redecided > 0 and policy.costs.target_scale == pytest.approx(1.0, rel=0.02)
 
 
-def test_a_redecide_is_read_from_the_verify_time() -> None:
+def test_a_redecide_s_time_is_taken_out_of_the_verify_time() -> None:
+    # A machine 1.5x slower than calibrated, whose near-tie decodes take 0.7 of a calibrated token:
+    # only the batch is compared with the curve. Counting the extra decode (1.78) or estimating
+    # it from the curve (1.27) would both learn the wrong scale.
     costs = OnlineCosts(CPU)
     plan = Plan("ngram", 3, 3.0, CPU(4))
-    plain = StepRecord("ngram", plan, 0.0, 10, drafted=3, accepted=3, target_s=CPU(4))
-    tied = StepRecord("ngram", plan, 0.0, 10, drafted=3, accepted=1, target_s=CPU(4) + CPU(1))
-    assert not costs.redecided(plain) and costs.redecided(tied)
-    costs.learn(tied, redecided=True)
-    assert costs.target_scale == pytest.approx(1.0)  # the extra decode is not taken for a slower machine
+    for _ in range(60):
+        redecide_s = 0.7 * CPU(1)
+        step = StepRecord("ngram", plan, 0.0, 10, drafted=3, accepted=1, redecided=1, redecide_s=redecide_s)
+        step.target_s = 1.5 * CPU(4) + redecide_s
+        costs.learn(step)
+    assert costs.target_scale == pytest.approx(1.5, rel=0.001)
 
 
 # --- the tiny models, through llama.cpp -----------------------------------------------------------
@@ -246,8 +252,12 @@ def gpu_like_costs() -> FrozenCosts:
 
 @pytest.mark.parametrize("draft_file", ["tiny_perfect_draft", "tiny_useless_draft"])
 def test_auto_speculates_with_a_perfect_draft_and_not_with_a_useless_one(
-    request: pytest.FixtureRequest, tiny: LlamaModel, draft_file: str
+    request: pytest.FixtureRequest, tiny: LlamaModel, draft_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The tiny target's logits are flat: at NEAR_TIE, ~30% of the positions a verify judges are
+    # near-ties (real models: 10-26% on prose), and auto, told of each re-decide, rightly finds that
+    # even a perfect draft barely pays. A narrower band gives real-model-like ties (~14% here).
+    monkeypatch.setattr(speculative, "NEAR_TIE", 0.3)
     draft = LlamaModel(request.getfixturevalue(draft_file), TINY)
     steps = {"draft": 0, "none": 0, "ngram": 0}
     for prompt in PROMPTS:
@@ -334,13 +344,13 @@ def test_stopping_on_confidence_keeps_sampling_lossless(tiny: LlamaModel, tiny_r
 # --- the engine's auto method, calibrated for real ------------------------------------------------
 
 
-def run(engine: Engine, prompt: str, method: Method, **kw: object) -> GenerationResult:
-    request = GenerationRequest(prompt=prompt, speculative=SpecParams(method, 4), **kw)  # type: ignore[arg-type]
+def run(engine: Engine, prompt: str, method: Method, k: int | None = None, **kw: object) -> GenerationResult:
+    request = GenerationRequest(prompt=prompt, speculative=SpecParams(method, k), **kw)  # type: ignore[arg-type]
     return engine.generate(request)
 
 
 def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draft(
-    tiny_target: Path, tiny_useless_draft: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_target: Path, tiny_useless_draft: Path
 ) -> None:
     calibration = Paths.from_env().cache_dir / "calibration"
     with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
@@ -357,12 +367,30 @@ def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draf
             for name, n in spec.stats.method_steps.items():
                 steps[name] = steps.get(name, 0) + n
         assert steps["none"] >= 0.85 * sum(steps.values())
-    # The busy-machine guard re-measures when one token now looks 25% faster than cached; a tiny
-    # model's sub-millisecond timings can trip it by noise, and this test is about reuse.
-    monkeypatch.setattr(calibrate_module, "FASTER", 0.0)
+    # The busy-machine guard stays quiet: a tiny model's whole token is far under its minimum.
     with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
         engine.wait_ready()
         assert [f.stat().st_mtime_ns for f in sorted(calibration.glob("*.json"))] == stamps
+
+
+def test_engine_auto_takes_the_request_k_as_a_cap(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    config = EngineConfig(target=tiny_target, draft=tiny_perfect_draft, method="none", load=TINY)
+    with Engine(config) as engine:
+        engine.wait_ready()
+        # A flat curve instead of this CPU's calibration, so that the perfect draft runs far.
+        engine._auto_costs = gpu_like_costs()
+        longest = 0
+        for prompt in PROMPTS:
+            base = run(engine, prompt, "none", max_tokens=64)
+            capped = run(engine, prompt, "auto", 2, max_tokens=64)
+            free = run(engine, prompt, "auto", max_tokens=64)
+            assert capped.token_ids == free.token_ids == base.token_ids
+            assert (capped.stats.k, free.stats.k, base.stats.k) == (2, K_MAX, 0)
+            assert capped.stats.drafted > 0 and len(capped.stats.drafted_by_position) <= 2
+            assert 1.0 <= capped.stats.mean_k <= 2.0
+            assert 1.0 <= free.stats.mean_k <= K_MAX
+            longest = max(longest, len(free.stats.drafted_by_position))
+        assert longest > 2  # uncapped, it drafts further: the cap is what stopped it
 
 
 def test_engine_with_a_fixed_default_method_calibrates_on_the_first_auto_request(

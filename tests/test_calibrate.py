@@ -129,6 +129,35 @@ def test_a_curve_measured_on_a_quiet_machine_is_kept_when_it_is_busy_now(
     assert kept.from_cache and kept.curve == quiet
 
 
+def test_a_tiny_model_sub_millisecond_noise_is_not_taken_for_a_busy_machine(
+    model: LlamaModel, tmp_path: Path
+) -> None:
+    key = cal.calibration_key(model.path, model.options)
+    slower = cal.measure(model).scaled(3.0)  # 3x slower than now, yet a fraction of a millisecond
+    assert slower(1) < cal.BUSY_MIN_S / 2
+    cal.store(tmp_path, key, slower)
+    kept = cal.calibrate(model, tmp_path)
+    assert kept.from_cache and kept.curve == slower
+
+
+@pytest.mark.parametrize(
+    ("cached_ms", "now_ms", "busy"),
+    [
+        (34.0, 20.0, True),  # a real model's token, much faster now: measured on a busy machine
+        (34.0, 30.0, False),  # under 25% faster: noise
+        (3.0, 1.9, True),  # 25% faster and 1.1 ms: over the minimum
+        (3.0, 2.1, False),  # 25% faster but 0.9 ms: under it
+        (0.4, 0.05, False),  # a tiny model 8x faster now, by 0.35 ms: noise at that scale
+        (20.0, 40.0, False),  # slower now: busy now, the cached curve is the better one
+    ],
+)
+def test_the_busy_machine_guard_needs_25_percent_and_a_millisecond(
+    cached_ms: float, now_ms: float, busy: bool
+) -> None:
+    assert cal.BUSY_MIN_S == 1e-3 and cal.FASTER == 0.75  # the cases above are set around these
+    assert cal.measured_busy(cached_ms / 1000, now_ms / 1000) is busy
+
+
 @pytest.mark.parametrize("content", ["not json", '{"key": {}, "seconds": [1.0]}', '{"seconds": []}'])
 def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(
     model: LlamaModel, tmp_path: Path, content: str

@@ -55,9 +55,12 @@ def test_generate_json_has_text_tokens_and_stats(tiny_target: Path, tiny_perfect
     spec = json.loads(out2)
     assert code == code2 == 0
     assert spec["tokens"] == base["tokens"] and spec["text"] == base["text"]
-    for key in ("tokens_per_second", "ttft_s", "method", "drafted", "accepted", "acceptance_rate"):
+    for key in ("tokens_per_second", "ttft_s", "method", "drafted", "accepted", "acceptance_rate", "mean_k"):
         assert key in spec["stats"]
     assert spec["stats"]["method"] == "draft" and spec["stats"]["acceptance_rate"] == 1.0
+    assert spec["stats"]["k"] == 3 and 1.0 <= spec["stats"]["mean_k"] <= 3.0
+    code3, out3, _ = invoke(*args, "--draft", str(tiny_perfect_draft), "--method", "draft")
+    assert code3 == 0 and json.loads(out3)["stats"]["k"] == 4  # no -k: a fixed method's default
 
 
 def test_generate_sampling_is_reproducible_with_a_seed(tiny_target: Path) -> None:
@@ -104,7 +107,7 @@ def test_bench_compares_every_method_with_none(
     tmp_path: Path, tiny_target: Path, tiny_perfect_draft: Path
 ) -> None:
     prompts = _write(tmp_path / "p.json", json.dumps({"a": "hello world", "b": "def add(a, b):"}).encode())
-    code, out, err = invoke(
+    args = [
         "bench",
         "--target",
         str(tiny_target),
@@ -114,11 +117,9 @@ def test_bench_compares_every_method_with_none(
         str(prompts),
         "--max-tokens",
         "24",
-        "--methods",
-        "draft,ngram",
         "--json",
-        *ONE_THREAD,
-    )
+    ]
+    code, out, err = invoke(*args, "--methods", "draft,ngram", *ONE_THREAD)
     assert code == 0, err
     report = json.loads(out)
     assert set(report) == {"a", "b"}
@@ -126,10 +127,17 @@ def test_bench_compares_every_method_with_none(
         assert set(rows) == {"none", "draft", "ngram"}
         for row in rows.values():
             assert row["identical_to_none"] is True
-            for key in ("tokens_per_second", "speedup_vs_none", "acceptance_rate"):
+            for key in ("tokens_per_second", "speedup_vs_none", "acceptance_rate", "mean_k"):
                 assert key in row
         assert rows["none"]["speedup_vs_none"] == 1.0
         assert rows["draft"]["acceptance_rate"] == 1.0
+        assert rows["draft"]["k"] == 4 and 1.0 <= rows["draft"]["mean_k"] <= 4.0
+        assert (rows["none"]["k"], rows["none"]["mean_k"]) == (0, 0.0)
+    table = invoke(*args[: args.index("--json")], *ONE_THREAD, "--methods", "draft", "-k", "2")
+    assert table[0] == 0, table[2]
+    header, *lines = table[1].splitlines()
+    assert header.split()[-3:] == ["mean", "k", "same"] and len(lines) == 4
+    assert all(float(line.split()[-2]) <= 2.0 for line in lines)
 
 
 def test_bench_rejects_an_unknown_method(tiny_target: Path) -> None:

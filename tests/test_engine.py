@@ -20,7 +20,7 @@ from localspec.drafters import Draft
 from localspec.engine import Engine, EngineConfig
 from localspec.errors import ContextOverflowError
 from localspec.speculative import FixedPolicy, Generation
-from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
+from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
 
 PROMPTS = [
     "the cat sat on",
@@ -44,7 +44,7 @@ def make_engine(target: Path, draft: Path | None = None, load: LoadOptions = TIN
     return engine
 
 
-def run(engine: Engine, prompt: str, method: Method, k: int = 4, **kw: object) -> GenerationResult:
+def run(engine: Engine, prompt: str, method: Method, k: int | None = 4, **kw: object) -> GenerationResult:
     """A fresh evaluation of the prompt (no KV reuse), as the target alone would compute it."""
     kw.setdefault("cache_prompt", False)
     request = GenerationRequest(prompt=prompt, speculative=SpecParams(method, k), **kw)  # type: ignore[arg-type]
@@ -101,6 +101,27 @@ def test_drafts_really_run_and_acceptance_tracks_draft_quality(
     assert rates["perfect"] == 1.0
     assert 0.3 < rates["related"] < 0.95
     assert rates["useless"] < 0.1
+
+
+def test_stats_report_the_k_cap_and_the_mean_k_drafted(perfect: Engine) -> None:
+    full = 0
+    for k, cap in ((None, DEFAULT_K), (3, 3)):
+        for method, max_tokens in (("draft", 400), ("ngram", 64)):
+            for prompt in PROMPTS:
+                st = run(perfect, prompt, method, k, max_tokens=max_tokens).stats  # type: ignore[arg-type]
+                assert st.k == cap
+                if not st.drafted:
+                    assert st.mean_k == 0.0
+                    continue
+                assert 1.0 <= st.mean_k <= cap
+                # Ended on EOS, short of max_tokens: no step was cut short, so the perfect draft
+                # drafted k at every step (near-ties end verifies early, not drafts).
+                if method == "draft" and st.tokens <= 400 - cap - 1:
+                    assert st.mean_k == cap
+                    full += 1
+    assert full >= 4  # the case was really exercised
+    plain = run(perfect, "hello world", "none", None, max_tokens=8).stats
+    assert (plain.k, plain.mean_k) == (0, 0.0)
 
 
 def test_eos_inside_the_draft(perfect: Engine) -> None:

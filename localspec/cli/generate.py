@@ -80,7 +80,7 @@ def _remote(settings: Any, request: GenerationRequest, echo: Any) -> GenerationR
     raise click.ClickException("the daemon closed the stream before the result")
 
 
-def _request(prompt: str, method: Any, k: int, opts: dict[str, Any]) -> GenerationRequest:
+def _request(prompt: str, method: Any, k: int | None, opts: dict[str, Any]) -> GenerationRequest:
     sampling = SamplingParams(
         temperature=opts["temperature"],
         top_k=opts["top_k"],
@@ -117,7 +117,8 @@ def _stats_line(result: GenerationResult) -> str:
     )
     if st.drafted:
         line += (
-            f" (k={st.k}), accepted {st.accepted}/{st.drafted} ({st.acceptance_rate:.0%}), "
+            f" (k={st.k}, mean k {st.mean_k:.1f}), accepted {st.accepted}/{st.drafted} "
+            f"({st.acceptance_rate:.0%}), "
             f"mean accepted length {st.mean_accepted_length:.2f}"
         )
     if st.fallback_reason:
@@ -178,10 +179,13 @@ def bench(
     if as_json:
         click.echo(json.dumps(report_json(report), indent=2))
         return
-    click.echo(f"{'prompt':<18} {'method':<10} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'same':>5}")
+    click.echo(
+        f"{'prompt':<18} {'method':<10} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean k':>6} {'same':>5}"
+    )
     for name, rows in report.items():
         for method, row in rows.items():
+            same = "yes" if row.identical_to_none else "NO"
             click.echo(
                 f"{name:<18} {method:<10} {row.tokens_per_second:>7.1f} {row.speedup_vs_none:>7.2f}x "
-                f"{row.acceptance_rate:>7.0%} {'yes' if row.identical_to_none else 'NO':>5}"
+                f"{row.acceptance_rate:>7.0%} {row.mean_k:>6.1f} {same:>5}"
             )
