@@ -40,6 +40,7 @@ class ApiConfig:
     token: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     alias: str = MODEL_ALIAS
+    pick: str | None = None  # what pick-draft chose for the daemon and why (/health)
 
 
 class ServerState:
@@ -93,6 +94,7 @@ class ServerState:
             "target": info.target,
             "draft": info.draft if info.draft_error is None else None,
             "draft_error": info.draft_error,
+            "pick": self.config.pick,
             "methods": info.methods,
             "method": self.spec_default.method,
             "k": self.spec_default.k,

@@ -50,6 +50,7 @@ class Health:
     target: str | None = None
     draft: str | None = None
     draft_error: str | None = None
+    pick: str | None = None  # what pick-draft chose and why, when the daemon was given no draft
     methods: tuple[str, ...] = ()
     method: str | None = None
     k: int | None = None

@@ -33,7 +33,7 @@ from localspec.engine import Engine, EngineConfig, ProgressFn
 from localspec.errors import ConfigError, DaemonError, LocalspecError
 from localspec.paths import Paths
 from localspec.pidfile import PidLock, pid_file_for
-from localspec.resolve import engine_config
+from localspec.resolve import serve_config
 from localspec.settings import Settings
 
 log = logging.getLogger("localspec.daemon")
@@ -53,6 +53,7 @@ class DaemonConfig:
     token: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     access_log: bool = True
+    pick: str | None = None  # what pick-draft chose and why; None when the person gave the draft
 
     @property
     def pid_file(self) -> Path:
@@ -91,13 +92,15 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
             f"--tcp {tcp[0]} is reachable from other machines; set a token (--token or LOCALSPEC_TOKEN) "
             "or listen on 127.0.0.1"
         )
+    engine, pick = serve_config(settings, paths)
     return DaemonConfig(
-        engine=engine_config(settings, paths),
+        engine=engine,
         socket_path=settings.socket or paths.socket_path,
         tcp=tcp,
         token=settings.token,
         max_body_bytes=max_body_bytes,
         access_log=access_log,
+        pick=pick,
     )
 
 
@@ -224,9 +227,12 @@ def _where(config: DaemonConfig, tcp: socket.socket | None) -> str:
 
 
 def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> None:
+    if config.pick is not None:
+        log.info("%s", config.pick)
     engine = Engine(config.engine, progress=_progress_logger())
     try:
-        app = make_app(engine, ApiConfig(token=config.token, max_body_bytes=config.max_body_bytes))
+        api = ApiConfig(token=config.token, max_body_bytes=config.max_body_bytes, pick=config.pick)
+        app = make_app(engine, api)
         uv_config = uvicorn.Config(
             app,
             lifespan="off",

@@ -201,17 +201,26 @@ def pick_for_machine(
     return pick_draft(target, device, search_paths=search_paths, n_ctx=n_ctx, kv_type=kv_type, curves=curves)
 
 
+# What `--method auto` chooses among at each step (the engine's auto policy): n-gram lookup, the loaded
+# draft model, plain decoding. A choice outside these needs its own method.
+AUTO_CHOOSES: frozenset[ChoiceMethod] = frozenset({"draft", "ngram", "none"})
+
+
 def apply_choice(settings: Settings, choice: Choice) -> Settings:
     """`settings` with pick-draft's choice filling every field the person left unset.
 
     What serve and chat do when started with a target and no draft: values given by
-    flag, LOCALSPEC_* or config.toml (pydantic's `model_fields_set`) are kept.
+    flag, LOCALSPEC_* or config.toml (pydantic's `model_fields_set`) are kept. An unset
+    method stays `auto` where auto can run the choice (it chooses per step, and never runs
+    slower than none); the choice's k goes with the choice's method.
     """
     given = settings.model_fields_set
+    keep = "method" in given or choice.method in AUTO_CHOOSES
+    method = settings.method if keep else choice.method
     update: dict[str, Any] = {
-        "method": choice.method,
+        "method": method,
         "draft": choice.draft,
-        "k": choice.k if choice.k >= 1 else None,
+        "k": choice.k if choice.k >= 1 and method == choice.method else None,
         "gpu_layers": choice.gpu_layers,
         "draft_gpu_layers": choice.draft_gpu_layers,
     }

@@ -1,15 +1,23 @@
-"""Which model files to load: from the settings, else the catalog's defaults in the models folder."""
+"""Which model files to load: from the settings, else the catalog's defaults in the models folder.
+
+generate and bench load what the settings say (explicit and reproducible); serve and
+chat, given no draft, load what pick-draft's fast path chooses for the target and say why.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localspec.backend import LoadOptions
 from localspec.catalog import load_catalog
 from localspec.engine import EngineConfig
-from localspec.errors import ModelFileError
+from localspec.errors import LocalspecError, ModelFileError
 from localspec.paths import Paths
 from localspec.settings import Settings
+
+if TYPE_CHECKING:
+    from localspec.pickdraft import Choice
 
 
 def target_path(settings: Settings, paths: Paths) -> Path:
@@ -40,12 +48,60 @@ def draft_path(settings: Settings, paths: Paths, target: Path) -> Path | None:
 
 
 def engine_config(settings: Settings, paths: Paths | None = None) -> EngineConfig:
-    """The EngineConfig every interface (generate, bench, serve, chat) loads with."""
+    """The EngineConfig generate and bench load with (and serve and chat, given a draft)."""
     paths = paths or Paths.from_env()
     target = target_path(settings, paths)
+    return _config(settings, target, draft_path(settings, paths, target))
+
+
+def serve_config(
+    settings: Settings, paths: Paths | None = None, *, vram: int | None = None, ram: int | None = None
+) -> tuple[EngineConfig, str | None]:
+    """The EngineConfig serve and chat load with, and one line on what pick-draft chose and why.
+
+    Given a draft (flag, LOCALSPEC_DRAFT or config.toml), that draft and no line. Otherwise
+    pick-draft's fast path for this machine (`vram`/`ram` override its memory figures) fills
+    what the person left unset (`apply_choice`); where the pick itself fails, the catalog's
+    pairing applies as before, and the line says why.
+    """
+    paths = paths or Paths.from_env()
+    if "draft" in settings.model_fields_set:
+        return engine_config(settings, paths), None
+    target = target_path(settings, paths)
+    try:
+        picked, choice = _picked(settings, target, vram=vram, ram=ram)
+    except Exception as exc:  # the pick is advice: whatever breaks it, the daemon starts as it did before
+        config = engine_config(settings, paths)
+        why = exc.message if isinstance(exc, LocalspecError) else f"{type(exc).__name__}: {exc}"
+        return config, f"{_loads(config)} — pick-draft failed ({why}); the catalog's pairing applies"
+    config = _config(picked, target, picked.draft)
+    chose = choice.draft.name if choice.draft else choice.method
+    expected = f"expected {choice.expected_speedup:.2f}x"
+    return config, f"{_loads(config)} — pick-draft chose {chose} ({expected}): {choice.reason}"
+
+
+def _picked(
+    settings: Settings, target: Path, *, vram: int | None, ram: int | None
+) -> tuple[Settings, Choice]:
+    from localspec.pickdraft import apply_choice, choose, pick_for_machine
+
+    result = pick_for_machine(target, n_ctx=settings.n_ctx, kv_type=settings.kv_type, vram=vram, ram=ram)
+    choice = result.choice
+    if settings.method == "draft" and choice.method != "draft":
+        # The person asked for a draft model: the fastest usable one, even where it is not expected to pay.
+        drafts = [c for c in result.candidates if c.usable and c.method == "draft"]
+        choice = choose(drafts) if drafts else choice
+    return apply_choice(settings, choice), choice
+
+
+def _loads(config: EngineConfig) -> str:
+    return f"draft {config.draft.name if config.draft else 'none'}, method {config.method}"
+
+
+def _config(settings: Settings, target: Path, draft: Path | None) -> EngineConfig:
     return EngineConfig(
         target=target,
-        draft=draft_path(settings, paths, target),
+        draft=draft,
         method=settings.method,
         k=settings.k,
         load=LoadOptions(

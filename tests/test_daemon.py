@@ -74,6 +74,16 @@ def test_status_reports_the_running_daemon(daemon: Daemon) -> None:
     assert "tiny-target" in out.stdout
     as_json = run_cli(daemon.home, "status", "--json")
     assert '"status": "ready"' in as_json.stdout
+    assert "pick: draft none, method " in out.stdout  # started with no draft: pick-draft's choice
+
+
+def test_started_without_a_draft_health_says_what_pick_draft_chose(daemon: Daemon) -> None:
+    with daemon.http() as http:
+        health = http.get("/health").json()
+    pick = health["pick"]
+    assert pick.startswith("draft none, method ") and "— pick-draft chose " in pick
+    assert "(expected " in pick  # then the choice's own reason
+    assert health["draft"] is None
 
 
 def test_status_without_a_daemon_says_how_to_start_one(tmp_path: Path) -> None:
@@ -270,6 +280,9 @@ def test_loading_is_reported_then_ready(tmp_path: Path, tiny_target: Path) -> No
         assert "ready" in seen
         assert seen <= {"loading", "ready"}
         assert "loading target" in d.log()
+        with d.http() as http:
+            pick = http.get("/health").json()["pick"]
+        assert f"localspec.daemon: {pick}\n" in d.log()  # what it chose, one line at startup
     finally:
         assert d.stop() == 0
 

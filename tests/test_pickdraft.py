@@ -306,12 +306,27 @@ def test_apply_choice_fills_only_what_was_not_given(tiny_target: Path, tiny_perf
     from localspec.pickdraft import Choice, apply_choice
 
     choice = Choice("draft", tiny_perfect_draft, 3, -1, -1, 4096, 1.5, "why")
+    default_k = load_settings().k
+    # auto runs a draft model (and ngram, and none) itself, choosing per step: the method stays auto,
+    # and the choice's k, which is the draft method's, is not auto's cap.
     filled = apply_choice(load_settings(target=tiny_target), choice)
-    assert (filled.method, filled.draft, filled.k) == ("draft", tiny_perfect_draft, 3)
+    assert (filled.method, filled.draft, filled.k) == ("auto", tiny_perfect_draft, default_k)
     assert (filled.gpu_layers, filled.draft_gpu_layers) == (-1, -1)
+    drafting = apply_choice(load_settings(target=tiny_target, method="draft"), choice)
+    assert (drafting.method, drafting.k) == ("draft", 3)
     kept = apply_choice(load_settings(target=tiny_target, method="ngram", gpu_layers=10), choice)
     assert (kept.method, kept.gpu_layers, kept.draft) == ("ngram", 10, tiny_perfect_draft)
     plain = apply_choice(
         load_settings(target=tiny_target), Choice("none", None, 0, 0, None, 4096, 1.0, "why")
     )
-    assert (plain.method, plain.draft, plain.k) == ("none", None, 4)  # k stays valid (>= 1)
+    assert (plain.method, plain.draft, plain.k) == ("auto", None, default_k)  # k stays valid (>= 1)
+    # auto cannot run layerskip: a layerskip choice sets the method, and its k with it.
+    skip = apply_choice(
+        load_settings(target=tiny_target), Choice("layerskip", None, 2, 0, 0, 4096, 1.2, "why")
+    )
+    assert (skip.method, skip.draft, skip.k) == ("layerskip", None, 2)
+    given = apply_choice(
+        load_settings(target=tiny_target, method="auto", k=5),
+        Choice("layerskip", None, 2, 0, 0, 4096, 1.2, "why"),
+    )
+    assert (given.method, given.k) == ("auto", 5)

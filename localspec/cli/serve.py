@@ -106,7 +106,8 @@ def _status_lines(health: Health, pid: int | None, socket_path: Path) -> list[st
         f"uptime: {_uptime(health.uptime_s)}",
         f"model: {health.model} ({health.target})",
         f"draft: {draft}",
-        f"method: {health.method} (k={health.k}); available: {', '.join(health.methods)}",
+        *([f"pick: {health.pick}"] if health.pick else []),
+        f"method: {health.method} (k={health.k or 'default'}); available: {', '.join(health.methods)}",
         f"context: {health.n_ctx} tokens",
         f"queue: {health.queue_depth} waiting, {health.in_flight} in flight",
     ]

@@ -1,0 +1,136 @@
+"""What serve and chat load: pick-draft's choice when no draft is given, the given draft otherwise,
+and the catalog's pairing (with the reason) when the pick fails. generate and bench keep the pairing.
+
+Device memory is the one fake: `vram`/`ram` describe the machine planned for.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TypedDict
+
+import pytest
+import tinymodels
+
+from localspec.catalog import load_catalog
+from localspec.daemon import daemon_config
+from localspec.devices import GIB
+from localspec.resolve import engine_config, serve_config
+from localspec.settings import load_settings
+
+
+class Machine(TypedDict):
+    vram: int
+    ram: int
+
+
+GPU: Machine = {"vram": 24 * GIB, "ram": 8 * GIB}
+CPU: Machine = {"vram": 0, "ram": 8 * GIB}
+
+
+@pytest.fixture
+def models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A models folder and HOME of this test's own: no real models folder or HF cache is scanned."""
+    home, models = tmp_path / "home", tmp_path / "models"
+    home.mkdir()
+    models.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(models))
+    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "OLLAMA_MODELS"):
+        monkeypatch.delenv(var, raising=False)
+    return models
+
+
+@pytest.fixture(scope="module")
+def big_target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A target some 40 times the tiny model's size, with its vocabulary: the tiny model drafts for it."""
+    path = tmp_path_factory.mktemp("big") / "big-target.gguf"
+    return tinymodels.write_tiny_model(path, n_layers=8, n_embd=256, n_ff=1024, name="big")
+
+
+@pytest.fixture
+def catalog_pair(models: Path, tiny_target: Path, tiny_perfect_draft: Path) -> tuple[Path, Path]:
+    """The tiny target and a draft with its weights, under the catalog's default pair's file names."""
+    catalog = load_catalog()
+    target_name, draft_name = next(pair for pair in catalog.pairs if pair[0] == catalog.default_target)
+    target = models / catalog.get(target_name).file
+    draft = models / catalog.get(draft_name).file
+    shutil.copy(tiny_target, target)
+    shutil.copy(tiny_perfect_draft, draft)
+    return target, draft
+
+
+def test_on_a_gpu_the_pick_loads_the_small_draft_and_auto_runs_it(
+    models: Path, big_target: Path, tiny_target: Path
+) -> None:
+    draft = shutil.copy(tiny_target, models / "small.gguf")
+    config, pick = serve_config(load_settings(target=big_target), **GPU)
+    assert config.draft == draft and config.method == "auto"
+    assert (config.load.gpu_layers, config.draft_gpu_layers) == (-1, -1)
+    assert config.k == load_settings().k  # the choice's k is the draft method's, not auto's cap
+    assert pick is not None
+    assert pick.startswith("draft small.gguf, method auto — pick-draft chose small.gguf (expected ")
+    assert "costs 0.02 of a target token here" in pick  # the choice's own reason
+    # What the person set wins.
+    kept, _ = serve_config(load_settings(target=big_target, gpu_layers=3, method="ngram", k=2), **GPU)
+    assert (kept.draft, kept.load.gpu_layers, kept.method, kept.k) == (draft, 3, "ngram", 2)
+
+
+def test_on_a_cpu_the_pick_loads_no_draft_where_generate_loads_the_pair(
+    catalog_pair: tuple[Path, Path],
+) -> None:
+    target, draft = catalog_pair
+    settings = load_settings(target=target)
+    assert engine_config(settings).draft == draft  # generate and bench: explicit, as before
+    config, pick = serve_config(settings, **CPU)
+    assert config.draft is None and config.method == "auto" and config.load.gpu_layers == 0
+    assert pick is not None and pick.startswith("draft none, method auto — pick-draft chose ngram (")
+    # It says why the draft lost: a draft of the target's size costs a whole target token.
+    assert f"the draft {draft.name} costs 1.00 of a target token" in pick
+    assert "slower than plain decoding" in pick
+
+
+def test_method_draft_without_a_draft_gets_the_best_usable_one(catalog_pair: tuple[Path, Path]) -> None:
+    target, draft = catalog_pair
+    config, pick = serve_config(load_settings(target=target, method="draft"), **CPU)
+    assert (config.draft, config.method) == (draft, "draft")
+    assert pick is not None and f"pick-draft chose {draft.name}" in pick
+
+
+def test_a_given_draft_is_loaded_and_nothing_is_picked(
+    models: Path, tiny_target: Path, tiny_useless_draft: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, pick = serve_config(load_settings(target=tiny_target, draft=tiny_useless_draft), **GPU)
+    assert (config.draft, config.method, pick) == (tiny_useless_draft, "auto", None)
+    monkeypatch.setenv("LOCALSPEC_DRAFT", str(tiny_useless_draft))
+    from_env, pick = serve_config(load_settings(target=tiny_target, method="none"), **GPU)
+    assert (from_env.draft, from_env.method, pick) == (tiny_useless_draft, "none", None)
+
+
+def test_when_the_pick_fails_the_catalog_pairing_applies_with_why(catalog_pair: tuple[Path, Path]) -> None:
+    target, draft = catalog_pair
+    target.write_bytes(b"not a gguf at all" * 64)  # unreadable: the pick cannot read its header
+    config, pick = serve_config(load_settings(target=target), **CPU)
+    assert config.draft == draft and config.method == "auto"
+    assert pick is not None
+    assert pick.startswith(f"draft {draft.name}, method auto — pick-draft failed (")
+    assert pick.endswith("; the catalog's pairing applies")
+
+
+def test_a_machine_too_small_for_the_target_falls_back_too(catalog_pair: tuple[Path, Path]) -> None:
+    target, draft = catalog_pair
+    config, pick = serve_config(load_settings(target=target), vram=0, ram=GIB)
+    assert config.draft == draft
+    assert pick is not None and "pick-draft failed (" in pick and "GiB of RAM" in pick
+
+
+def test_the_daemon_config_carries_the_pick(
+    models: Path, tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
+    picked = daemon_config(load_settings(target=tiny_target), max_body_bytes=1 << 20)
+    assert picked.engine.draft is None
+    assert picked.pick is not None and picked.pick.startswith("draft none, method ")  # this machine's pick
+    assert "— pick-draft chose " in picked.pick
+    given = daemon_config(load_settings(target=tiny_target, draft=tiny_perfect_draft), max_body_bytes=1 << 20)
+    assert (given.engine.draft, given.pick) == (tiny_perfect_draft, None)
