@@ -4,13 +4,15 @@ It speaks the daemon's OpenAI-compatible routes and returns localspec's own
 types: a stream yields `TokenChunk`s and ends with one `GenerationResult`
 whose stats are the engine's. Closing a stream early (leaving the loop, or
 `close()` on the iterator) closes the connection, and the daemon cancels that
-generation within one step. No llama.cpp here.
+generation within one step; a StreamAbort does it from another thread, even
+before the first chunk. No llama.cpp here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError, OverloadedError, UserInputError
+from localspec.streamabort import StreamAbort
 from localspec.types import (
     ChatMessage,
     FinishReason,
@@ -98,6 +101,8 @@ class Client:
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=5.0),
         )
+        self._abortable: httpx.Client | None = None  # made on first use, see _abortable_http
+        self._lock = threading.Lock()
 
     @classmethod
     def from_env(cls, settings: Settings | None = None) -> Client:
@@ -110,6 +115,25 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+        if self._abortable is not None:
+            self._abortable.close()
+
+    def _abortable_http(self) -> httpx.Client:
+        """A pool without keep-alive: each abortable stream opens its own connection, so the
+        trace extension sees (and StreamAbort can shut down) the socket it uses."""
+        with self._lock:
+            if self._abortable is None:
+                limits = httpx.Limits(max_keepalive_connections=0)
+                uds = str(self.socket_path) if self.socket_path is not None else None
+                transport = httpx.HTTPTransport(uds=uds, limits=limits) if uds is not None else None
+                self._abortable = httpx.Client(
+                    base_url=self._http.base_url,
+                    transport=transport,
+                    headers=self._http.headers,
+                    timeout=self._http.timeout,
+                    limits=limits,
+                )
+            return self._abortable
 
     def __enter__(self) -> Client:
         return self
@@ -172,14 +196,19 @@ class Client:
 
     # --- generation ---------------------------------------------------------------------
 
-    def stream(self, request: GenerationRequest) -> EventStream:
-        """Chunks as they are generated, then the result; chat when the request has messages."""
+    def stream(self, request: GenerationRequest, abort: StreamAbort | None = None) -> EventStream:
+        """Chunks as they are generated, then the result; chat when the request has messages.
+
+        With `abort`, `abort.abort()` from any thread ends the stream at once (without a result).
+        """
         self._check_socket()
         path, body = _request_body(request, self.model)
         texts: list[str] = []
         ids: list[int] = []
+        http = self._http if abort is None else self._abortable_http()
+        extensions = None if abort is None else {"trace": abort.trace}
         try:
-            with self._http.stream("POST", path, json=body) as response:
+            with http.stream("POST", path, json=body, extensions=extensions) as response:
                 if response.status_code != 200:
                     response.read()
                     _raise_for_error(response)
@@ -193,6 +222,8 @@ class Client:
                     if isinstance(event, GenerationResult):
                         return
         except httpx.TransportError as exc:
+            if abort is not None and abort.aborted:
+                return
             raise self._unreachable(exc) from None
         raise DaemonError("the daemon ended the stream without a result")
 
@@ -211,8 +242,10 @@ class Client:
         sampling: SamplingParams | None = None,
         stop: Sequence[str] = (),
         speculative: SpecParams | None = None,
+        abort: StreamAbort | None = None,
     ) -> EventStream:
-        return self.stream(_build(tuple(messages), None, None, max_tokens, sampling, stop, speculative))
+        request = _build(tuple(messages), None, None, max_tokens, sampling, stop, speculative)
+        return self.stream(request, abort)
 
     def chat(
         self,

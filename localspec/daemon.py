@@ -259,8 +259,10 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
 def run(config: DaemonConfig) -> None:
     """Serve until SIGTERM/SIGINT; returns normally after a clean shutdown."""
     from localspec.backend import check_gguf_file
+    from localspec.parentwatch import watch_parent
 
     check_gguf_file(config.engine.target)  # fail at once, not after the sockets are up
+    watch_parent()  # a daemon started for one chat stops (cleanly) when that chat dies
     with PidLock(config.pid_file):
         private = config.socket_path.parent == Paths.from_env().runtime_dir
         unix = bind_unix(config.socket_path, private)

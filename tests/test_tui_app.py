@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from daemonproc import LONG_CHAT, Daemon, start_daemon, wait_for_metric
+from daemonproc import LONG_CHAT, Daemon, metric, start_daemon, wait_for_metric
 from textual.pilot import Pilot
 from textual.widgets import OptionList, Static, TextArea
 
@@ -20,6 +20,8 @@ from tui.connection import SessionDaemon
 from tui.screens.chat_picker import ChatPickerScreen
 from tui.screens.help import HelpScreen
 from tui.screens.models import ModelsScreen
+from tui.screens.pick_draft import PickDraftScreen
+from tui.widgets.draft_view import DRAFT_STYLE, DraftView
 from tui.widgets.message_view import MessageView
 from tui.widgets.prompt_input import PromptInput
 from tui.widgets.stats_bar import StatsBar
@@ -51,10 +53,12 @@ def new_app(daemon: Daemon, store: ChatStore) -> Iterator[Callable[..., ChatApp]
     """make_app on a fresh client to the module's daemon; the clients are closed after the test."""
     clients: list[Client] = []
 
-    def factory(resume: str | None = None, max_tokens: int = 40, method: str | None = None) -> ChatApp:
+    def factory(
+        resume: str | None = None, max_tokens: int = 40, method: str | None = None, target: Path | None = None
+    ) -> ChatApp:
         client = daemon.client()
         clients.append(client)
-        settings = load_settings(method=method)
+        settings = load_settings(method=method, target=target)
         return make_app(settings, client, store=store, resume=resume, max_tokens=max_tokens)
 
     yield factory
@@ -140,6 +144,98 @@ async def test_escape_stops_a_long_reply_and_the_daemon_cancels_it(
         assert stopped.role == "assistant" and stopped.content
     # The stream was closed: the daemon records a cancelled generation.
     assert wait_for_metric(daemon, 'localspec_generations_total{finish="cancelled"}', 1) >= 1
+
+
+def metrics(daemon: Daemon) -> str:
+    with daemon.http() as http:
+        return http.get("/metrics").text
+
+
+def reply_workers(app: ChatApp) -> list[object]:
+    return [w for w in app.workers if w.group == "reply" and w.is_running]
+
+
+async def test_escape_during_a_long_prompt_stops_at_once_and_the_daemon_cancels_it(
+    new_app: Callable[..., ChatApp], daemon: Daemon
+) -> None:
+    app = new_app(max_tokens=8, method="none")
+    cancelled = 'localspec_generations_total{finish="cancelled"}'
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        before = metrics(daemon)
+        # About 12,000 tokens: seconds of prompt evaluation for the tiny model on one thread.
+        app.query_one(PromptInput).text = "the model is " * 4000
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.generating)
+        # Wait until the daemon is reading the prompt (and has sent nothing), then stop.
+        await wait_until(pilot, lambda: metric(metrics(daemon), "localspec_in_flight") >= 1)
+        assert app.last_live is not None and app.last_live.tokens == 0
+        await pilot.press("escape")
+        assert not app.generating
+        assert [m.role for m in app.chat.messages] == ["user"]  # nothing arrived: no empty reply kept
+        assert not [v for v in app.chat_log.views if v.role == "assistant"]
+        # The reading thread woke at once (its socket was shut down), not at the first chunk.
+        await wait_until(pilot, lambda: not reply_workers(app), timeout=2)
+        # The daemon stopped while reading the prompt: cancelled, and not one token generated.
+        once_more = metric(before, cancelled) + 1
+        assert wait_for_metric(daemon, cancelled, once_more) == once_more
+        generated = "localspec_generated_tokens_total"
+        assert metric(metrics(daemon), generated) == metric(before, generated)
+        # The engine is fine afterwards.
+        await type_and_send(pilot, "hello")
+        await wait_until(pilot, lambda: not app.generating and app.chat.messages[-1].role == "assistant")
+
+
+async def test_palette_shows_the_pick_draft_choice(
+    new_app: Callable[..., ChatApp], tiny_target: Path
+) -> None:
+    app = new_app(target=tiny_target)  # the daemon's /health names its target by file name only
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        for char in "pick-draft":
+            await pilot.press(char)
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, PickDraftScreen))
+        screen = app.screen
+        assert isinstance(screen, PickDraftScreen)
+        await wait_until(pilot, lambda: screen.choice is not None, timeout=60)
+        text = str(screen.query_one("#pick-text", Static).render())
+        assert "target: tiny-target.gguf" in text and "choice: " in text and "why: " in text, text
+        assert screen.choice is not None and screen.choice.candidates
+        assert screen.choice.candidates[0].label in text
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, PickDraftScreen))
+
+
+async def test_f2_colours_the_text_that_came_from_accepted_drafts(new_app: Callable[..., ChatApp]) -> None:
+    app = new_app(method="draft", max_tokens=24)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        await type_and_send(pilot, "hello world")
+        await wait_until(pilot, lambda: len(app.chat.messages) == 2 and not app.generating)
+        assert not app.query(DraftView)  # off by default: Markdown
+        await pilot.press("f2")
+        assert app.colour_drafts
+        await type_and_send(pilot, "hello again")
+        await wait_until(pilot, lambda: len(app.chat.messages) == 4 and not app.generating)
+        view = app.query_one(DraftView)
+        # The perfect draft: every step after the first token is accepted drafts, so coloured.
+        assert "".join(text for text, _ in view.spans) == app.chat.messages[-1].content
+        assert any(style == DRAFT_STYLE for _, style in view.spans)
+        draft_colour = app.theme_variables["text-success"].lower()
+        colours = {
+            segment.style.color.name.lower()
+            for y in range(view.size.height)
+            for segment in view.render_line(y)
+            if segment.style is not None and segment.style.color is not None and segment.text.strip()
+        }
+        assert draft_colour in colours and len(colours) == 2, (draft_colour, colours)  # and the target's
+        await pilot.press("f2")  # off: the chat is shown as Markdown again
+        await wait_until(pilot, lambda: not app.query(DraftView))
+        assert [v.role for v in app.query(MessageView)] == ["user", "assistant", "user", "assistant"]
 
 
 async def test_resume_a_saved_chat_by_id_and_from_the_list(

@@ -23,6 +23,7 @@ ALLOWED = {
     "localspec.settings",
     "localspec.paths",
     "localspec.pidfile",
+    "localspec.parentwatch",
 }
 
 

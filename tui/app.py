@@ -1,43 +1,42 @@
 """The chat app: a conversation streamed from the daemon, with live speculation stats.
 
 `make_app(settings, client)` builds it for the CLI and the tests alike. Replies
-stream in a thread worker (the client is blocking httpx); Esc cancels that
-worker, which closes the stream, and closing the connection is what makes the
-daemon cancel the generation. Failures become notifications with a way back
-(ctrl+r), never a crash.
+stream in a thread worker (tui.reply); Esc aborts the stream's connection at
+once, even before the first chunk, and the daemon cancels the generation when
+its client leaves. Failures become notifications with a way back (ctrl+r),
+never a crash.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Markdown
-from textual.widgets.markdown import MarkdownStream
+from textual.binding import BindingType
+from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from localspec.client import Client, Health
 from localspec.errors import DaemonError, LocalspecError
 from localspec.paths import Paths
 from localspec.settings import Settings
-from localspec.types import ChatMessage, Method, SpecParams, TokenChunk
+from localspec.types import ChatMessage, Method, SpecParams
 from tui.chats import Chat, ChatStore
-from tui.chunk_buffer import ChunkBuffer
 from tui.commands import ChatCommands
 from tui.connection import Connection, SessionDaemon
+from tui.keys import bindings, help_rows
 from tui.live_stats import LiveStats
 from tui.messages import DaemonLost, DaemonReady, DaemonStatus, ReplyChunks, ReplyDone, ReplyFailed
+from tui.reply import DraftOutput, MarkdownOutput, Reply, ReplyOutput, read_stream
 from tui.screens.chat_picker import ChatPickerScreen
 from tui.screens.help import HelpScreen
 from tui.screens.models import ModelsScreen
+from tui.screens.pick_draft import PickDraftScreen
 from tui.screens.system_prompt import SystemPromptScreen
 from tui.widgets.chat_log import ChatLog
-from tui.widgets.message_view import MessageView
 from tui.widgets.prompt_input import PromptInput
 from tui.widgets.stats_bar import StatsBar
 
@@ -47,48 +46,13 @@ MEMORY_EVERY_S = 2.0
 RECOVER_HINT = "ctrl+r reconnects (or restarts the daemon)"
 
 
-@dataclass
-class Reply:
-    """The reply being streamed: where it is shown and what has arrived."""
-
-    id: int
-    view: MessageView
-    stream: MarkdownStream
-    live: LiveStats
-    buffer: ChunkBuffer = field(default_factory=ChunkBuffer)
-    parts: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
 class ChatApp(App[None]):
     """localspec chat."""
 
     CSS_PATH = "app.tcss"
     TITLE = "localspec chat"
     COMMANDS = App.COMMANDS | {ChatCommands}
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "stop", "Stop"),
-        Binding("ctrl+n", "new_chat", "New"),
-        Binding("ctrl+o", "open_chat", "Open"),
-        Binding("ctrl+t", "system_prompt", "System", show=False),
-        Binding("ctrl+r", "retry", "Retry", show=False),
-        Binding("f1", "help", "Help"),
-    ]
-    KEYS = (
-        ("enter", "send the message"),
-        ("ctrl+j / shift+enter", "new line in the message"),
-        ("escape", "stop the reply being generated"),
-        ("ctrl+n", "new chat (this one stays saved)"),
-        ("ctrl+o", "resume a saved chat"),
-        ("ctrl+t", "edit the system prompt"),
-        ("ctrl+r", "retry the last message, or reconnect the daemon"),
-        ("ctrl+p", "command palette: method, k, models, chats"),
-        ("f1", "this help"),
-        ("ctrl+q", "quit (a daemon started for this chat stops too)"),
-    )
+    BINDINGS: ClassVar[list[BindingType]] = bindings()
 
     def __init__(
         self,
@@ -113,6 +77,7 @@ class ChatApp(App[None]):
         self.reply: Reply | None = None
         self.last_live: LiveStats | None = None
         self.memory: int | None = None
+        self.colour_drafts = False  # f2: replies streamed as plain text, drafted chunks coloured
         self._reply_ids = 0
         self._memory_at = 0.0
         self._resend_when_ready = False
@@ -227,52 +192,33 @@ class ChatApp(App[None]):
 
     async def start_reply(self) -> None:
         self._reply_ids += 1
-        view = await self.chat_log.add("assistant")
-        live = LiveStats(time.monotonic())
-        self.reply = Reply(self._reply_ids, view, Markdown.get_stream(view), live)
-        self.last_live = live
+        output: ReplyOutput
+        if self.colour_drafts:
+            output = DraftOutput(await self.chat_log.add_draft_view())
+        else:
+            output = MarkdownOutput(await self.chat_log.add("assistant"))
+        self.reply = reply = Reply(self._reply_ids, output, LiveStats(time.monotonic()))
+        self.last_live = reply.live
         spec = SpecParams(self.method, self.k)
-        self.stream_reply(self.reply.id, self.reply.buffer, self.chat.request_messages(), spec)
+        self.stream_reply(reply, self.chat.request_messages(), spec)
         self.refresh_bindings()
         self._update_stats()
 
     @work(thread=True, exclusive=True, group="reply")
-    def stream_reply(
-        self, reply_id: int, buffer: ChunkBuffer, messages: list[ChatMessage], spec: SpecParams
-    ) -> None:
+    def stream_reply(self, reply: Reply, messages: list[ChatMessage], spec: SpecParams) -> None:
+        # This thread touches only the reply's buffer and abort, both thread-safe.
         worker = get_current_worker()
-        events = self.connection.client.chat_stream(messages, max_tokens=self.max_tokens, speculative=spec)
-        try:
-            for event in events:
-                if worker.is_cancelled:
-                    return
-                if isinstance(event, TokenChunk):
-                    if buffer.put(event, time.monotonic()):
-                        self.post_message(ReplyChunks(reply_id))
-                else:
-                    self.post_message(ReplyDone(reply_id, event))
-        except LocalspecError as exc:
-            self.post_message(ReplyFailed(reply_id, exc))
-        except Exception as exc:  # the edge: a bug or a garbled stream is a notification, not a crash
-            self.post_message(ReplyFailed(reply_id, DaemonError(f"{type(exc).__name__}: {exc}")))
-        finally:
-            events.close()  # closes the connection: the daemon cancels the generation within one step
+        client = self.connection.client
+        events = client.chat_stream(messages, max_tokens=self.max_tokens, speculative=spec, abort=reply.abort)
+        read_stream(events, reply.id, reply.buffer, self.post_message, lambda: worker.is_cancelled)
 
     async def on_reply_chunks(self, message: ReplyChunks) -> None:
         if self.reply is not None and self.reply.id == message.reply_id:
-            await self._take_chunks(self.reply)
-
-    async def _take_chunks(self, reply: Reply) -> None:
-        texts = []
-        for chunk, at in reply.buffer.take():
-            texts.append(chunk.text)
-            reply.live.add(len(chunk.token_ids), chunk.from_draft, at)
-        reply.parts.extend(texts)
-        await reply.stream.write("".join(texts))
+            await self.reply.take()
 
     async def on_reply_done(self, message: ReplyDone) -> None:
         if self.reply is not None and self.reply.id == message.reply_id:
-            await self._take_chunks(self.reply)
+            await self.reply.take()
             self.reply.live.finish(message.result.stats)
             await self._end_reply(None)
 
@@ -292,8 +238,8 @@ class ChatApp(App[None]):
         reply, self.reply = self.reply, None
         if reply is None:
             return
-        await self._take_chunks(reply)
-        await reply.stream.stop()
+        await reply.take()
+        await reply.output.stop()
         if note is not None:
             reply.view.mark(note)
         if reply.text:
@@ -340,6 +286,7 @@ class ChatApp(App[None]):
         """Esc: stop the reply; what arrived so far stays in the chat."""
         if self.reply is None:
             return
+        self.reply.abort.abort()  # wakes the worker at once, even while the daemon reads the prompt
         self.workers.cancel_group(self, "reply")
         await self._end_reply("stopped")
 
@@ -396,7 +343,7 @@ class ChatApp(App[None]):
             await self.start_reply()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.KEYS))
+        self.push_screen(HelpScreen(help_rows()))
 
     def action_models(self) -> None:
         screen = ModelsScreen(self.health, self.settings.draft, self.connection.started_here)
@@ -408,6 +355,21 @@ class ChatApp(App[None]):
         self.health = None
         self.notify(f"restarting the daemon with {target.name}")
         self.recover(target)
+
+    def action_pick_draft(self) -> None:
+        if self.health is None:
+            self.notify(f"the daemon is not ready; {RECOVER_HINT}", severity="warning")
+            return
+        self.push_screen(PickDraftScreen(self.health, self.connection.target_files()))
+
+    async def action_toggle_draft_colours(self) -> None:
+        self.colour_drafts = not self.colour_drafts
+        if self.colour_drafts:
+            self.notify("from the next reply, text from accepted drafts is coloured (plain text)")
+            return
+        self.notify("draft colouring off")
+        if not self.generating:
+            await self._show_chat()  # coloured replies back to Markdown
 
     def set_method(self, method: Method) -> None:
         self.method = method

@@ -1,4 +1,4 @@
-"""The command palette's chat commands: speculation method and k, models, chats, the daemon."""
+"""The command palette's chat commands: speculation method and k, models, pick-draft, chats, the daemon."""
 
 from __future__ import annotations
 
@@ -38,6 +38,12 @@ class ChatCommands(Provider):
         out += [(f"k = {k}", partial(app.set_k, k), f"draft at most {k} tokens per step") for k in K_CHOICES]
         out += [
             ("Models: show or switch", app.action_models, "served target and draft, models on this machine"),
+            ("Show pick-draft choice", app.action_pick_draft, "what pick-draft recommends here, and why"),
+            (
+                f"Draft colouring: turn {'off' if app.colour_drafts else 'on'}",
+                app.action_toggle_draft_colours,
+                "colour reply text that came from accepted drafts (f2)",
+            ),
             ("New chat", app.action_new_chat, "save this chat and start an empty one"),
             ("Resume a saved chat", app.action_open_chat, "pick from the chats saved on this machine"),
             ("System prompt", app.action_system_prompt, "edit this chat's system prompt"),

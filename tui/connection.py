@@ -21,6 +21,7 @@ import psutil
 
 from localspec.client import Client, Health
 from localspec.errors import DaemonError
+from localspec.parentwatch import PARENT_PID_ENV
 from localspec.paths import Paths
 from localspec.pidfile import daemon_pid, listening, pid_file_for
 from localspec.settings import Settings
@@ -61,8 +62,10 @@ class SessionDaemon:
     def argv(self) -> list[str]:
         s = self.settings
         argv = [sys.executable, "-c", "from localspec.cli import main; main()", "serve"]
-        argv += ["--socket", str(self.socket_path), "--no-access-log", "--method", s.method, "-k", str(s.k)]
+        argv += ["--socket", str(self.socket_path), "--no-access-log", "--method", s.method]
         argv += ["--ctx", str(s.n_ctx)]
+        if s.k is not None:
+            argv += ["-k", str(s.k)]
         if self.target is not None:
             argv += ["--target", str(self.target)]
         if s.draft is not None:
@@ -82,6 +85,8 @@ class SessionDaemon:
                 env[f"LOCALSPEC_{name}"] = str(value)
         # A private daemon listens on its socket only, even if the config file names a TCP port.
         env["LOCALSPEC_TCP"] = ""
+        # It watches this process and stops when the chat dies, even by SIGKILL (localspec.parentwatch).
+        env[PARENT_PID_ENV] = str(os.getpid())
         return env
 
     def start(self) -> None:
@@ -145,6 +150,11 @@ class Connection:
         if self.session is not None:
             return f"a daemon started for this chat (pid {self.session.pid}, {self.session.socket_path})"
         return f"the running daemon at {self.client.where}"
+
+    def target_files(self) -> list[Path]:
+        """The target files this chat asked for: its own daemon's, and --target's."""
+        own = self.session.target if self.session is not None else None
+        return [path for path in (own, self.settings.target) if path is not None]
 
     def pid(self) -> int | None:
         if self.session is not None:

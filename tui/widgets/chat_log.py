@@ -1,10 +1,13 @@
-"""The scrolling conversation: one MessageView per turn, kept scrolled to the newest."""
+"""The scrolling conversation: one view per turn, kept scrolled to the newest."""
 
 from __future__ import annotations
 
 from textual.containers import VerticalScroll
 
+from tui.widgets.draft_view import DraftView
 from tui.widgets.message_view import MessageView
+
+Turn = MessageView | DraftView
 
 
 class ChatLog(VerticalScroll, can_focus=False):
@@ -18,9 +21,15 @@ class ChatLog(VerticalScroll, can_focus=False):
         await self.mount(view)
         return view
 
+    async def add_draft_view(self) -> DraftView:
+        """A reply whose text from accepted drafts is coloured (plain text, not Markdown)."""
+        view = DraftView()
+        await self.mount(view)
+        return view
+
     async def clear(self) -> None:
         await self.remove_children()
 
     @property
-    def views(self) -> list[MessageView]:
-        return list(self.query(MessageView))
+    def views(self) -> list[Turn]:
+        return [child for child in self.children if isinstance(child, MessageView | DraftView)]

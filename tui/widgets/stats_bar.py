@@ -26,17 +26,21 @@ def _duration(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def speed_line(live: LiveStats | None, now: float, method: str, k: int, memory: int | None) -> str:
+def _method_k(method: str, k: int | None) -> str:
+    return f"{method} k={k}" if k is not None else method  # None: the method's own default
+
+
+def speed_line(live: LiveStats | None, now: float, method: str, k: int | None, memory: int | None) -> str:
     """Line one: what the current (or last) reply does, or the defaults before the first one."""
     mem = format_bytes(memory)
     if live is None:
-        return f"ready · {method} k={k} · {mem}"
+        return f"ready · {_method_k(method, k)} · {mem}"
     ttft = live.ttft_s
     ttft_text = "TTFT …" if ttft is None else f"TTFT {_duration(ttft)}"
     if live.final is None:
         now_tps = live.tokens_per_second_now(now)
         parts = [_rate(now_tps), f"avg {live.tokens_per_second_avg():.0f}", ttft_text]
-        parts += [f"{method} k={k}", f"from draft {live.draft_share:.0%}", mem]
+        parts += [_method_k(method, k), f"from draft {live.draft_share:.0%}", mem]
         return " · ".join(parts)
     stats = live.final
     parts = [_rate(stats.tokens_per_second), ttft_text, f"{stats.method} k={stats.k}"]
@@ -76,7 +80,7 @@ class StatsBar(Vertical):
         live: LiveStats | None,
         now: float,
         method: str,
-        k: int,
+        k: int | None,
         memory: int | None,
         health: Health | None,
     ) -> None:

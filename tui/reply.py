@@ -1,0 +1,131 @@
+"""One streamed reply: where it is shown, what has arrived, how it is stopped, and the thread that reads it.
+
+The client is blocking httpx, so a thread worker reads the stream (`read_stream`)
+into the reply's ChunkBuffer and posts a message when chunks wait; the UI takes
+them in one go (`Reply.take`) into the live stats and the view: a Markdown stream,
+or, with draft colouring on, plain text whose drafted chunks are coloured. Esc
+aborts the stream's socket (StreamAbort): the thread wakes at once, even while the
+daemon is still reading a long prompt, and the daemon cancels the generation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from textual.message import Message
+from textual.widgets import Markdown
+
+from localspec.client import EventStream, StreamAbort
+from localspec.errors import DaemonError, LocalspecError
+from localspec.types import TokenChunk
+from tui.chunk_buffer import ChunkBuffer
+from tui.live_stats import LiveStats
+from tui.messages import ReplyChunks, ReplyDone, ReplyFailed
+from tui.widgets.chat_log import Turn
+from tui.widgets.draft_view import DraftView
+from tui.widgets.message_view import MessageView
+
+
+class ReplyOutput(Protocol):
+    """Where a reply's text goes as it arrives."""
+
+    @property
+    def view(self) -> Turn: ...
+
+    async def write(self, chunks: Sequence[TokenChunk]) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class MarkdownOutput:
+    """The usual view: Markdown, rendered incrementally (code blocks highlighted)."""
+
+    def __init__(self, view: MessageView) -> None:
+        self._view = view
+        self._stream = Markdown.get_stream(view)
+
+    @property
+    def view(self) -> Turn:
+        return self._view
+
+    async def write(self, chunks: Sequence[TokenChunk]) -> None:
+        await self._stream.write("".join(chunk.text for chunk in chunks))
+
+    async def stop(self) -> None:
+        await self._stream.stop()
+
+
+class DraftOutput:
+    """Draft colouring on: plain text, styled per chunk."""
+
+    def __init__(self, view: DraftView) -> None:
+        self._view = view
+
+    @property
+    def view(self) -> Turn:
+        return self._view
+
+    async def write(self, chunks: Sequence[TokenChunk]) -> None:
+        self._view.append(chunks)
+
+    async def stop(self) -> None:
+        pass
+
+
+@dataclass
+class Reply:
+    """The reply being streamed."""
+
+    id: int
+    output: ReplyOutput
+    live: LiveStats
+    buffer: ChunkBuffer = field(default_factory=ChunkBuffer)
+    abort: StreamAbort = field(default_factory=StreamAbort)
+    parts: list[str] = field(default_factory=list)
+
+    @property
+    def view(self) -> Turn:
+        return self.output.view
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    async def take(self) -> None:
+        """Everything that has arrived: into the live stats, the text and the view."""
+        items = self.buffer.take()
+        if not items:
+            return
+        for chunk, at in items:
+            self.live.add(len(chunk.token_ids), chunk.from_draft, at)
+        chunks = [chunk for chunk, _ in items]
+        self.parts.extend(chunk.text for chunk in chunks)
+        await self.output.write(chunks)
+
+
+def read_stream(
+    events: EventStream,
+    reply_id: int,
+    buffer: ChunkBuffer,
+    post: Callable[[Message], object],
+    cancelled: Callable[[], bool],
+) -> None:
+    """The worker thread's loop: chunks into `buffer`, the end or a failure posted as a message."""
+    try:
+        for event in events:
+            if cancelled():
+                return
+            if isinstance(event, TokenChunk):
+                if buffer.put(event, time.monotonic()):
+                    post(ReplyChunks(reply_id))
+            else:
+                post(ReplyDone(reply_id, event))
+    except LocalspecError as exc:
+        post(ReplyFailed(reply_id, exc))
+    except Exception as exc:  # the edge: a bug or a garbled stream is a notification, not a crash
+        post(ReplyFailed(reply_id, DaemonError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        events.close()  # closes the connection: the daemon cancels the generation within one step
