@@ -91,6 +91,14 @@ class LoadOptions:
     batch_invariant: bool = True
 
 
+# The largest batch that rounds exactly like one-token decoding with batch_invariant loading on the
+# CPU (llama.cpp as vendored by llama-cpp-python 0.3.36, Q4_K_M weights). Measured on the Qwen2.5-Coder
+# pair: fixed n-gram drafting with k <= 6 (verify batches of <= 7) stayed token-identical to the target
+# alone on all 8 bench prompts at 128 tokens; k = 7 and 8 (batches of 8, 9) diverged on two of them, at
+# tokens 15 and 50, at positions the near-tie re-decide does not catch. See docs/benchmarks.md.
+EXACT_VERIFY_BATCH = 7
+
+
 def _cancelled(done: int, total: int) -> RequestCancelledError:
     return RequestCancelledError(f"cancelled after {done} of {total} tokens were decoded")
 
@@ -133,6 +141,9 @@ class LlamaModel:
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self.n_past = 0
+        # Verify batches larger than this would not round as the target alone does (see above); with
+        # repacked weights no batch size is exact, and speculation there is lossless up to rounding.
+        self.max_verify_batch = EXACT_VERIFY_BATCH if options.batch_invariant else options.n_batch
 
     def _load_model(self, progress: ProgressFn | None) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()

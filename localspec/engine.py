@@ -285,7 +285,7 @@ class Engine:
         if method == "auto":
             policy = self._auto_policy(spec.k)
             return policy, "auto", policy.k_max, None
-        k = DEFAULT_K if spec.k is None else spec.k
+        k = min(DEFAULT_K if spec.k is None else spec.k, self._k_limit())
         if method == "none":
             return FixedPolicy(None, 0), "none", 0, None
         if method == "layerskip":
@@ -309,8 +309,13 @@ class Engine:
             self._calibrated(),
             NgramDrafter(min_n=2, max_n=8),
             draft if isinstance(draft, ModelDrafter) else None,
-            k_max=K_MAX if k is None else k,
+            k_max=min(K_MAX if k is None else k, self._k_limit()),
         )
+
+    def _k_limit(self) -> int:
+        """The most tokens a step may draft: its verify batch (k + 1) must round like one-token decoding."""
+        assert self._target is not None
+        return self._target.max_verify_batch - 1
 
     def _calibrated(self) -> OnlineCosts:
         """The target's and draft's decode curves, measured once per machine (cached on disk)."""

@@ -171,8 +171,9 @@ class Generation:
             self.finish = "length"
             return _Step([], 0)
         drafter, k = self.policy.choose(StepContext(self.tokens, room, self.stats.steps))
-        # Never draft past the context or past what max_tokens lets through (the step adds one more).
-        k = min(k, room - 1, self.max_tokens - len(self.generated) - 1)
+        # Never draft past the context, past what max_tokens lets through (the step adds one more) or
+        # past the largest verify batch that rounds like one-token decoding.
+        k = min(k, room - 1, self.max_tokens - len(self.generated) - 1, self.target.max_verify_batch - 1)
         draft = self._draft(drafter, k) if drafter is not None and k > 0 else Draft()
         self.stats.steps += 1
         name = drafter.name if drafter is not None and draft.tokens else "none"
