@@ -126,14 +126,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--draft-max", type=int, nargs="*", default=[3], help="One run per value.")
     parser.add_argument("--ngram", action="store_true", help="Also run the server's ngram-simple drafting.")
+    parser.add_argument("--no-draft", action="store_true", help="Skip the draft-model runs.")
     parser.add_argument("--port", type=int, default=8991)
     parser.add_argument("--json", type=Path, help="Write every run (with texts) here.")
     args = parser.parse_args()
 
     runs = run_config(args, "none", [], {})
     reference = {r.prompt: r.text for r in runs}
-    for n in args.draft_max:
-        extra = ["-md", str(args.draft), "--spec-draft-n-max", str(n), "--spec-draft-n-min", "0"]
+    for n in [] if args.no_draft else args.draft_max:
+        extra = ["-md", str(args.draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(n)]
         runs += run_config(args, f"draft-k{n}", [*extra, "-td", str(args.threads)], reference)
     if args.ngram:
         runs += run_config(args, "ngram", ["--spec-type", "ngram-simple"], reference)
