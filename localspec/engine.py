@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from localspec.backend import LlamaModel, LoadOptions, gpu_offload_supported
-from localspec.drafters import Drafter, ModelDrafter, NgramDrafter, common_prefix
+from localspec.drafters import DRAFT_MIN_CONFIDENCE, Drafter, ModelDrafter, NgramDrafter, common_prefix
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.prompting import prompt_tokens
 from localspec.speculative import FixedPolicy, Generation, Policy
@@ -45,6 +45,8 @@ class EngineConfig:
     load: LoadOptions = field(default_factory=LoadOptions)
     draft_gpu_layers: int | None = None
     queue_size: int = 16
+    # Fixed draft/layerskip methods stop drafting below this top probability (auto decides for itself).
+    draft_min_confidence: float = DRAFT_MIN_CONFIDENCE
 
 
 @dataclass
@@ -213,7 +215,7 @@ class Engine:
             self.info.draft_error = exc.message
             log.warning("draft not loaded: %s", exc.message)
             return
-        self._drafters["draft"] = ModelDrafter(model, "draft")
+        self._drafters["draft"] = ModelDrafter(model, "draft", self.config.draft_min_confidence)
 
     def _layerskip(self) -> Drafter:
         if "layerskip" not in self._drafters:
@@ -223,7 +225,7 @@ class Engine:
             path = derive_layerskip_draft(self.config.target, cache_dir=Paths.from_env().derived_models_dir)
             options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
             model = LlamaModel(path, options, self._report("layerskip draft"))
-            self._drafters["layerskip"] = ModelDrafter(model, "layerskip")
+            self._drafters["layerskip"] = ModelDrafter(model, "layerskip", self.config.draft_min_confidence)
         return self._drafters["layerskip"]
 
     def _report(self, what: str) -> Callable[[float], None] | None:

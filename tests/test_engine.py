@@ -39,7 +39,8 @@ TINY = LoadOptions(n_ctx=1024, n_threads=1)
 
 
 def make_engine(target: Path, draft: Path | None = None, load: LoadOptions = TINY) -> Engine:
-    engine = Engine(EngineConfig(target=target, draft=draft, load=load))
+    # No confidence floor: these tests look at every drafted token's verification.
+    engine = Engine(EngineConfig(target=target, draft=draft, load=load, draft_min_confidence=0.0))
     engine.wait_ready()
     return engine
 
@@ -101,6 +102,26 @@ def test_drafts_really_run_and_acceptance_tracks_draft_quality(
     assert rates["perfect"] == 1.0
     assert 0.3 < rates["related"] < 0.95
     assert rates["useless"] < 0.1
+
+
+def test_the_confidence_floor_keeps_a_draft_models_unsure_guesses_out(
+    tiny_target: Path, tiny_related_draft: Path, related: Engine
+) -> None:
+    floored = Engine(
+        EngineConfig(target=tiny_target, draft=tiny_related_draft, load=TINY, draft_min_confidence=0.75)
+    )
+    with floored:
+        floored.wait_ready()
+        drafted = {"floor": 0, "none": 0}
+        accepted = {"floor": 0, "none": 0}
+        for prompt in PROMPTS:
+            for name, engine in (("floor", floored), ("none", related)):
+                spec = run(engine, prompt, "draft", 4, max_tokens=48)
+                assert spec.token_ids == run(engine, prompt, "none", max_tokens=48).token_ids
+                drafted[name] += spec.stats.drafted
+                accepted[name] += spec.stats.accepted
+    assert 0 < drafted["floor"] < drafted["none"]
+    assert accepted["floor"] / drafted["floor"] > accepted["none"] / drafted["none"]
 
 
 def test_stats_report_the_k_cap_and_the_mean_k_drafted(perfect: Engine) -> None:
