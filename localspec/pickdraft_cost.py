@@ -9,8 +9,8 @@ not measured, from the memory plan:
   (CPU_STEP_OVERHEAD_BYTES), which is why a 0.5B draft costs 0.6-0.75 of a 1.5B
   target's token on a 2-core CPU though it reads 0.4 of its bytes, while on
   memory-bound GPU decoding it costs about its size ratio;
-- verifying n tokens costs V(n) = 1 + 0.5 (n - 1) target tokens on a CPU (V(4) = 2.5,
-  measured on the 2-core CI machine) and is nearly flat on a GPU;
+- verifying n tokens costs V(n) = 1 + 0.4 (n - 1) target tokens on a CPU (calibration on the
+  2-core CI machine, batch-invariant loading: V(4) = 2.25, V(7) = 3.48) and is nearly flat on a GPU;
 - acceptance: the controller's DRAFT_PRIOR for a draft model; n-gram lookup drafts on
   NGRAM_MATCH_RATE of steps with the controller's prior for a 4-token match.
 
@@ -35,8 +35,10 @@ from localspec.controller import (
 from localspec.devices import MIB
 from localspec.planner import MemoryPlan, ModelShape
 
-K_MAX = 8
-CPU_VERIFY_SLOPE = 0.5
+# Drafts stop at 6 tokens: verify batches of more than 7 positions do not round like one-token
+# decoding (backend.EXACT_VERIFY_BATCH), so the engine never runs them.
+K_MAX = 6
+CPU_VERIFY_SLOPE = 0.4
 GPU_VERIFY_SLOPE = 0.02
 # Effective bytes per second of decoding: only their ratio matters, for a model split across both.
 CPU_BANDWIDTH = 20e9
