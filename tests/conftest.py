@@ -40,6 +40,20 @@ def localspec_home(
 # Tiny models, written by the tests (see tinymodels.py).
 
 
+@pytest.fixture
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A models folder and a HOME of this test's own, so no real HF, LM Studio or Ollama folder is scanned."""
+    home = tmp_path / "home"
+    home.mkdir()
+    models = tmp_path / "models"
+    models.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("LOCALSPEC_MODELS", str(models))
+    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "OLLAMA_MODELS"):
+        monkeypatch.delenv(var, raising=False)
+    return models
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tiny-models")

@@ -30,16 +30,9 @@ CPU: Machine = {"vram": 0, "ram": 8 * GIB}
 
 
 @pytest.fixture
-def models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """A models folder and HOME of this test's own: no real models folder or HF cache is scanned."""
-    home, models = tmp_path / "home", tmp_path / "models"
-    home.mkdir()
-    models.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("LOCALSPEC_MODELS", str(models))
-    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "OLLAMA_MODELS"):
-        monkeypatch.delenv(var, raising=False)
-    return models
+def models(isolated: Path) -> Path:
+    """A models folder of this test's own (see conftest's `isolated`)."""
+    return isolated
 
 
 @pytest.fixture(scope="module")
