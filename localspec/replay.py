@@ -65,6 +65,9 @@ class Machine:
     step_overhead: float = 0.0
     position_overhead: float = 0.0
     draft_token_overhead: float = 0.0
+    # The largest verify batch the engine runs (LlamaModel.max_verify_batch): a step drafts at most
+    # one fewer. None: no limit (a machine on paper).
+    max_verify_batch: int | None = None
 
 
 @dataclass
@@ -177,6 +180,8 @@ def replay(
         if charge_policy:
             clock.advance(time.perf_counter() - thinking)
         k = min(k, len(out) - result.tokens - 1)  # as Generation stops at max_tokens
+        if machine.max_verify_batch is not None:  # and at its largest exact verify batch
+            k = min(k, machine.max_verify_batch - 1)
         draft = _draft(drafter, k, tokens, trace.prompt, started)
         clock.advance(machine.step_overhead + draft.seconds)
         n = len(draft.tokens)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from localspec.auto import AutoPolicy, OnlineCosts
+from localspec.backend import EXACT_VERIFY_BATCH
 from localspec.controller import K_MAX, Curve
 from localspec.drafters import NgramDrafter
 from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
@@ -93,6 +94,7 @@ def _write(
         "max_tokens": args.max_tokens,
         "verify": list(verify.seconds),
         "draft": list(draft_curve.seconds),
+        "max_verify_batch": EXACT_VERIFY_BATCH,  # the engine's cap on this CPU, which replays honour
         "position_overhead": _numpy_cost(n_vocab, confidence=False),
         "draft_token_overhead": _numpy_cost(n_vocab, confidence=True),
         "traces": traces,
@@ -220,6 +222,7 @@ def machine_from(data: dict[str, Any], args: argparse.Namespace) -> Machine:
         mean(r["python_s"] / r["steps"] for r in nones),
         data["position_overhead"],
         data["draft_token_overhead"],
+        args.max_verify_batch or data.get("max_verify_batch"),
     )
 
 
@@ -231,6 +234,7 @@ def scaled(m: Machine, factor: float) -> Machine:
         m.step_overhead * factor,
         m.position_overhead * factor,
         m.draft_token_overhead * factor,
+        m.max_verify_batch,
     )
 
 
@@ -364,6 +368,12 @@ def main() -> None:
     )
     pre.add_argument("--overhead-ratio", type=float, default=0.05, help="GPU: Python per step / V(1)")
     pre.add_argument("--json", help="also write the report here")
+    pre.add_argument(
+        "--max-verify-batch",
+        type=int,
+        help="CPU: the engine's largest verify batch (default: as recorded; traces recorded before the "
+        "cap have none: pass 7, backend.EXACT_VERIFY_BATCH)",
+    )
     args = parser.parse_args()
     if args.command == "record":
         record(args)

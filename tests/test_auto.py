@@ -7,6 +7,7 @@ The tiny-model tests show the same behaviour through the real engine loop.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -408,3 +409,13 @@ def test_engine_with_a_fixed_default_method_calibrates_on_the_first_auto_request
         assert run(engine, "hello world", "auto", max_tokens=24).token_ids == base.token_ids
         assert len(list(calibration.glob("*.json"))) == 2
         assert run(engine, "hello world", "draft", max_tokens=24).token_ids == base.token_ids
+
+
+def test_replay_drafts_no_further_than_the_engines_largest_verify_batch() -> None:
+    trace = copy_trace()
+    free = replay(trace, FixedPolicy(NgramDrafter(), 12), machine(GPU))
+    capped_machine = dataclasses.replace(machine(GPU), max_verify_batch=EXACT_VERIFY_BATCH)
+    capped = replay(trace, FixedPolicy(NgramDrafter(), 12), capped_machine)
+    assert free.drafted / free.method_steps["ngram"] > EXACT_VERIFY_BATCH - 1  # copying runs far
+    assert capped.drafted <= (EXACT_VERIFY_BATCH - 1) * capped.method_steps["ngram"]
+    assert capped.tokens == free.tokens == len(trace.output)
