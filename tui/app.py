@@ -161,7 +161,7 @@ class ChatApp(App[None]):
         if first and self.connection.session is None:
             # A shared daemon: its own defaults, unless the user gave a method or k on the command line.
             self.method = self.settings.method if "method" in self.settings.model_fields_set else "auto"
-            self.k = self.settings.k if "k" in self.settings.model_fields_set else message.health.k or self.k
+            self.k = self.settings.k or message.health.k or self.k  # settings.k is None unless given
         self.notify(f"connected to {self.connection.describe()}", title="ready", timeout=4)
         self._update_stats()
         if self._resend_when_ready:
