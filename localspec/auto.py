@@ -26,6 +26,7 @@ from localspec.controller import (
     ConfidenceMap,
     Curve,
     EarlyStop,
+    Efficiency,
     Option,
     Plan,
     PositionalAcceptance,
@@ -46,7 +47,11 @@ if TYPE_CHECKING:
 COST_ALPHA = 0.2
 SCALE_RANGE = (0.05, 20.0)
 # Per unused step, a model drafter's acceptance evidence fades by this factor (back toward the prior).
-IDLE_FORGET = 0.995
+IDLE_FORGET = 0.98
+# Per unused step, a drafter's measured-over-planned evidence fades by this factor: faster than its
+# acceptance, since a shortfall is often a passing stretch (a run of near-ties) and the drafter must
+# get the chance to show it has passed.
+EFFICIENCY_IDLE_FORGET = 0.8
 # A draft's catch-up is charged as at most this many tokens: feeding it a prompt, or the tokens of
 # steps it sat out, is paid once and then serves every later step, as a prefill does.
 CATCH_UP_CHARGED = 2
@@ -168,6 +173,7 @@ class StepRecord:
     refused: bool = False
     drafted: int = 0
     accepted: int = 0
+    examined: int = 1
     redecided: int = 0
     draft_s: float = 0.0
     target_s: float = 0.0
@@ -195,6 +201,7 @@ class AutoPolicy:
         self.k_max = max(1, min(k_max, K_MAX))
         self.acceptance: dict[str, PositionalAcceptance] = {}
         self.confidence = ConfidenceMap()
+        self.efficiency: dict[str, Efficiency] = {}
         self.streak = 0
         # Near-ties per verified position (decayed counts, seeded with a few percent).
         self.ties, self.tie_positions = NEAR_TIE_PRIOR * TIE_PRIOR_WEIGHT, TIE_PRIOR_WEIGHT
@@ -219,14 +226,17 @@ class AutoPolicy:
             if match.tokens:
                 peek, key = match.tokens, ngram_key(match.match_len, self.streak)
                 cost = self.costs.step_cost(self._ngram.name)
-                options.append(Option(self._ngram.name, self._estimates(key), cost, len(peek), tie))
+                accept = self._estimates(key)
+                eff = self._efficiency(self._ngram.name).value
+                options.append(Option(self._ngram.name, accept, cost, len(peek), tie, eff))
         lag = 1
         draft_cost = None
         if self._draft is not None:
             lag = self._draft.inner.lag(ctx.tokens)
             draft_cost = self.costs.step_cost(self._draft.name, lag, model=True)
             accept = self._estimates(self._draft.name)
-            options.append(Option(self._draft.name, accept, draft_cost, self.k_max, tie))
+            eff = self._efficiency(self._draft.name).value
+            options.append(Option(self._draft.name, accept, draft_cost, self.k_max, tie, eff))
         choice = plan(self.costs.step_cost(None), options)
         self._last = StepRecord(choice.name, choice, now, len(ctx.tokens), peek, key, lag)
         self.steps[choice.name or "none"] += 1
@@ -248,16 +258,17 @@ class AutoPolicy:
         if step is None:
             return
         step.observed = True
-        step.drafted, step.accepted = outcome.drafted, outcome.accepted
+        step.drafted, step.accepted, step.examined = outcome.drafted, outcome.accepted, outcome.n_examined
         step.draft_s, step.target_s = outcome.draft_s, outcome.target_s
         step.redecided, step.redecide_s = outcome.redecided, outcome.redecide_s
         if self._draft is not None and step.name == self._draft.name and step.decodes:
             # A first token the confidence rule refused counts as rejected, or a draft that always
             # stops at once would be planned, and paid for, every step. Later refusals are choices,
-            # not evidence: counted, they would make the next plans stop sooner and sooner.
-            judged = max(outcome.drafted, int(step.refused))
+            # not evidence: counted, they would make the next plans stop sooner and sooner. Tokens
+            # after a near-tie were never judged: they are no evidence either way.
+            judged = max(outcome.n_judged, int(step.refused))
             self._estimator(self._draft.name).observe(outcome.accepted, judged)
-            self.confidence.observe(step.confidences[: outcome.drafted], outcome.accepted)
+            self.confidence.observe(step.confidences[: outcome.n_judged], outcome.accepted)
 
     # --- learning ---------------------------------------------------------------------------------
 
@@ -270,10 +281,13 @@ class AutoPolicy:
             step.wall_s = now - step.started
             self.costs.learn(step)
             if step.drafted:
-                # Positions judged: up to the first rejection (or the near-tie that ended the step).
+                # Positions looked at: up to the first rejection (or the near-tie that ended the step).
                 self.ties = self.ties * TIE_DECAY + step.redecided
-                judged = min(step.accepted + 1, step.drafted + 1)
-                self.tie_positions = self.tie_positions * TIE_DECAY + judged
+                self.tie_positions = self.tie_positions * TIE_DECAY + step.examined
+            # A first use feeds the draft the whole prompt, a cost every later step shares: not
+            # this step's to answer for.
+            if step.name is not None and step.lag <= CATCH_UP_CHARGED:
+                self._efficiency(step.name).observe(step.plan, len(tokens) - step.n_tokens, step.wall_s)
         new = tokens[step.n_tokens :]
         if step.ngram_key is not None and new:
             judged = min(len(step.peek), len(new))
@@ -282,6 +296,9 @@ class AutoPolicy:
             self.streak = self.streak + 1 if accepted else 0
         elif new:
             self.streak = 0
+        for name, efficiency in self.efficiency.items():
+            if name != step.name:
+                efficiency.forget(EFFICIENCY_IDLE_FORGET)
         if self._draft is not None and step.name != self._draft.name:
             self._estimator(self._draft.name).forget(IDLE_FORGET)
 
@@ -300,6 +317,9 @@ class AutoPolicy:
                 estimator = PositionalAcceptance(DRAFT_PRIOR, strength=DRAFT_PRIOR_WEIGHT, caution=0.0)
             self.acceptance[key] = estimator
         return estimator
+
+    def _efficiency(self, name: str) -> Efficiency:
+        return self.efficiency.setdefault(name, Efficiency())
 
     def _estimates(self, key: str) -> list[float]:
         return self._estimator(key).estimates()

@@ -139,6 +139,9 @@ class Option:
     # The chance that a verified position is a near-tie: decided again alone (one more decode),
     # and the step ends there (localspec.speculative.NEAR_TIE).
     near_tie: float = 0.0
+    # How this drafter's steps have really done against what their plans expected (tokens per
+    # second, measured over plan): what the model above leaves out, it learns here.
+    efficiency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -184,12 +187,13 @@ def plan(plain: StepCost, options: Sequence[Option], margin: float = MARGIN) -> 
     as it wins on the real text, and each loss costs a verify.
     """
     plain_plan = Plan(None, 0, 1.0, plain.seconds(0))
-    best = plain_plan
+    best, best_rate = plain_plan, plain_plan.rate
     for option in options:
         candidate = best_k(option)
-        if candidate.k > 0 and candidate.rate > best.rate:
-            best = candidate
-    return best if best.rate > plain_plan.rate * (1.0 + margin) else plain_plan
+        rate = candidate.rate * option.efficiency
+        if candidate.k > 0 and rate > best_rate:
+            best, best_rate = candidate, rate
+    return best if best_rate > plain_plan.rate * (1.0 + margin) else plain_plan
 
 
 def break_even(cost: StepCost, k: int) -> float:
@@ -348,6 +352,41 @@ class ConfidenceMap:
     def acceptance(self, confidence: float, fallback: float) -> float:
         b = self.bucket(confidence)
         return (self.hits[b] + self.strength * fallback) / (self.seen[b] + self.strength)
+
+
+class Efficiency:
+    """Measured tokens per second of a drafter's steps over what their plans expected.
+
+    The plan is a model: it leaves out costs it cannot see (a near-tie run longer than its
+    estimate, a draft that ran past the planned k, a decode slower at this context length),
+    and an estimate chosen as the best of several is biased up. Steps that fell short pull
+    this below 1, and the drafter then has to look that much better to be chosen: a bet that
+    keeps losing on this text stops being made. Kept as ratios of decayed sums, with
+    `strength` steps of "as planned" before any is seen, and limited to `bounds`.
+    """
+
+    def __init__(
+        self, *, strength: float = 3.0, decay: float = 0.9, bounds: tuple[float, float] = (0.5, 1.1)
+    ) -> None:
+        self.strength = strength
+        self.decay = decay
+        self.bounds = bounds
+        self.tokens = self.seconds = 0.0  # measured over planned, summed per step
+
+    def observe(self, planned: Plan, tokens: int, seconds: float) -> None:
+        if planned.tokens <= 0 or planned.seconds <= 0 or seconds <= 0:
+            return
+        self.tokens = self.tokens * self.decay + tokens / planned.tokens
+        self.seconds = self.seconds * self.decay + seconds / planned.seconds
+
+    def forget(self, factor: float) -> None:
+        self.tokens *= factor
+        self.seconds *= factor
+
+    @property
+    def value(self) -> float:
+        ratio = (self.tokens + self.strength) / (self.seconds + self.strength)
+        return min(max(ratio, self.bounds[0]), self.bounds[1])
 
 
 def ngram_key(match_len: int, streak: int) -> str:

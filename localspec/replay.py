@@ -186,6 +186,8 @@ def replay(
         clock.advance(machine.step_overhead + draft.seconds)
         n = len(draft.tokens)
         new, accepted, redecided = _verify(trace, result.tokens, draft.tokens)
+        # As Generation: a near-tie at position new - 1 ends the judging there.
+        judged = min(new, n) if redecided else n
         redecide_s = machine.verify(1) if redecided else 0.0
         target_s = machine.verify(n + 1) + redecide_s
         clock.advance(target_s + machine.position_overhead * (n + 1))
@@ -202,6 +204,8 @@ def replay(
                 target_s,
                 int(redecided),
                 redecide_s,
+                judged,
+                new,
             )
         )
         if charge_policy:

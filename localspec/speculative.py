@@ -59,6 +59,18 @@ class StepOutcome:
     # and that decode's seconds, which target_s includes.
     redecided: int = 0
     redecide_s: float = 0.0
+    # Drafted tokens judged (all of them, unless a near-tie ended the step first; None: all), and
+    # verify positions whose logits were looked at (None: up to the first rejection, bonus included).
+    judged: int | None = None
+    examined: int | None = None
+
+    @property
+    def n_judged(self) -> int:
+        return self.drafted if self.judged is None else self.judged
+
+    @property
+    def n_examined(self) -> int:
+        return min(self.accepted + 1, self.drafted + 1) if self.examined is None else self.examined
 
 
 class Policy(Protocol):
@@ -87,16 +99,20 @@ class FixedPolicy:
 class _Step:
     new_tokens: list[int]
     from_draft: int
+    judged: int = 0
+    examined: int = 1
 
 
 @dataclass(frozen=True)
 class _Judgement:
-    """A verify's outcome: keep `keep` drafted tokens, then `next`; `judged` drafts were decided on."""
+    """A verify's outcome: keep `keep` drafted tokens, then `next`; `judged` drafts were decided on,
+    `examined` verify positions looked at."""
 
     keep: int
     next: int
     judged: int
     accepted: int
+    examined: int
 
 
 class Generation:
@@ -193,6 +209,8 @@ class Generation:
                 self.stats.target_s - target_before,
                 self.stats.redecided - redecided_before,
                 self._redecide_s,
+                step.judged,
+                step.examined,
             )
         )
         return step
@@ -222,11 +240,12 @@ class Generation:
             rows = [probabilities(self.target.logits(i), self.params) for i in range(len(batch))]
             sampled = rejection_sample(draft.tokens, draft.probs, rows, self.rng)
             n = sampled.n_accepted
-            verdict = _Judgement(n, sampled.next_token, len(draft.tokens), n)
+            verdict = _Judgement(n, sampled.next_token, len(draft.tokens), n, min(n + 1, len(batch)))
         # The target's cache holds the last accepted token plus the draft; keep what was accepted.
         self.target.truncate(base + 1 + verdict.keep)
         self._count(verdict.judged, verdict.accepted)
-        return _Step([*draft.tokens[: verdict.keep], verdict.next], verdict.accepted)
+        new_tokens = [*draft.tokens[: verdict.keep], verdict.next]
+        return _Step(new_tokens, verdict.accepted, verdict.judged, verdict.examined)
 
     def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
         draft = batch[1:]
@@ -240,7 +259,7 @@ class Generation:
             if i < len(draft) and draft[i] != choice:
                 break
         n_acc = greedy_accept(draft, choices)
-        return _Judgement(n_acc, choices[n_acc], len(draft), n_acc)
+        return _Judgement(n_acc, choices[n_acc], len(draft), n_acc, len(choices))
 
     def _redecide(self, batch: Sequence[int], base: int, i: int) -> _Judgement:
         """Decide position i as the target alone would, with a one-token decode; the step ends there."""
@@ -252,7 +271,7 @@ class Generation:
         choice = int(self.target.logits(-1).argmax())
         draft = batch[1:]
         judged = min(i + 1, len(draft))
-        return _Judgement(i, choice, judged, i + int(i < len(draft) and draft[i] == choice))
+        return _Judgement(i, choice, judged, i + int(i < len(draft) and draft[i] == choice), i + 1)
 
     def _pick(self, logits: npt.NDArray[np.float32]) -> int:
         if self.params.greedy:

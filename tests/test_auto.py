@@ -130,6 +130,48 @@ def test_a_useless_draft_is_dropped_after_a_few_steps() -> None:
     assert result.tokens_per_second >= 0.95 * run_fixed(m, trace, "none", 0).tokens_per_second
 
 
+def test_a_draft_dropped_after_an_unlucky_start_is_tried_again() -> None:
+    # The draft misses its first few tokens, then is right nearly everywhere: auto must not
+    # take the bad start for the whole text.
+    m, good = machine(GPU, draft_ratio=0.15), fresh_trace(draft_hits=0.95)
+    guess = tuple(-7 if i < 6 else t for i, t in enumerate(good.draft_guess))
+    trace = dataclasses.replace(good, draft_guess=guess)
+    result, _ = run_auto(m, trace)
+    assert result.method_steps["draft"] > result.method_steps.get("none", 0)
+    assert result.tokens_per_second >= 0.9 * best_fixed(m, trace)
+
+
+def test_drafting_that_keeps_falling_short_of_its_plan_is_cut_back() -> None:
+    # Each drafted token costs 0.8 of a target token more than the costs auto plans with, and
+    # nothing corrects those (FrozenCosts): only measured steps against their plans can show it.
+    m = dataclasses.replace(machine(GPU, draft_ratio=0.15), draft_token_overhead=0.8 * GPU(1))
+    trace = fresh_trace(draft_hits=0.5)
+    clock = SimClock()
+    policy = AutoPolicy(
+        FrozenCosts(GPU, GPU.scaled(0.15)), NgramDrafter(2, 8), TraceDrafter(trace, m), clock=clock
+    )
+    result = replay(trace, policy, m, clock, charge_policy=False)
+    plain = run_fixed(m, trace, "none", 0)
+    assert run_fixed(m, trace, "draft", 2).tokens_per_second < plain.tokens_per_second
+    assert policy.efficiency["draft"].value < 0.8
+    # Without the correction it drafts on ~3 of 4 steps; with it, it keeps trying, but less.
+    assert result.method_steps["draft"] < 0.5 * result.steps
+
+
+def test_tokens_after_a_near_tie_are_no_evidence_against_the_draft() -> None:
+    m, trace = machine(GPU, draft_ratio=0.15), fresh_trace(draft_hits=1.0)
+    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), None, TraceDrafter(trace, m), clock=SimClock())
+    tokens = [*trace.prompt, trace.output[0]]
+    drafter, k = policy.choose(speculative.StepContext(tokens, 1 << 20, 0))
+    assert drafter is not None and drafter.name == "draft"
+    drafter.propose(tokens, 4, SamplingParams(), np.random.default_rng(0))
+    # Four drafted; a near-tie at position 1, where the draft was right, ended the step.
+    policy.observe(speculative.StepOutcome("draft", k, 4, 2, 0, 0.0, 0.0, 1, 0.0, judged=2, examined=2))
+    estimator = policy.acceptance["draft"]
+    assert estimator.hits[:2] == estimator.seen[:2] == [1.0, 1.0]
+    assert estimator.seen[2] == 0.0
+
+
 def test_a_draft_costing_more_than_it_saves_is_never_run() -> None:
     m, trace = machine(GPU, draft_ratio=1.2), fresh_trace(draft_hits=0.7)
     result, _ = run_auto(m, trace)
@@ -274,6 +316,35 @@ def test_auto_speculates_with_a_perfect_draft_and_not_with_a_useless_one(
         assert steps["draft"] > 0.8 * total
     else:
         assert steps["draft"] < 0.1 * total
+    draft.close()
+
+
+class _Recording(FixedPolicy):
+    def __init__(self, drafter: ModelDrafter, k: int) -> None:
+        super().__init__(drafter, k)
+        self.outcomes: list[speculative.StepOutcome] = []
+
+    def observe(self, outcome: speculative.StepOutcome) -> None:
+        self.outcomes.append(outcome)
+
+
+def test_step_outcomes_say_what_was_judged_and_looked_at(
+    tiny: LlamaModel, tiny_perfect_draft: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    draft = LlamaModel(tiny_perfect_draft, TINY)
+    monkeypatch.setattr(speculative, "NEAR_TIE", 0.0)  # no near-ties: steps end at rejections
+    policy = _Recording(ModelDrafter(draft), 4)
+    generate(tiny, policy, "the cat sat on", max_tokens=40)
+    drafting = [o for o in policy.outcomes if o.drafted]
+    assert drafting and all(o.redecided == 0 for o in drafting)
+    assert all(o.n_judged == o.drafted and o.n_examined == o.accepted + 1 for o in drafting)
+    # Every verified position a near-tie: each step ends at its first, judging one drafted token.
+    monkeypatch.setattr(speculative, "NEAR_TIE", 1e9)
+    policy = _Recording(ModelDrafter(draft), 4)
+    generate(tiny, policy, "the cat sat on", max_tokens=40)
+    drafting = [o for o in policy.outcomes if o.drafted]
+    assert drafting and all(o.redecided == 1 and o.judged == 1 and o.examined == 1 for o in drafting)
+    assert all(o.drafted == o.k for o in drafting)  # the rest of each draft was never judged
     draft.close()
 
 

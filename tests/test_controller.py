@@ -16,7 +16,9 @@ from localspec.controller import (
     ConfidenceMap,
     Curve,
     EarlyStop,
+    Efficiency,
     Option,
+    Plan,
     PositionalAcceptance,
     StepCost,
     break_even,
@@ -275,3 +277,39 @@ def test_position_zero_is_cautious_until_evidence_builds_up() -> None:
     learnt = est.estimates()[0]
     assert learnt > 0.85 and learnt < est.means()[0]
     assert est.estimates()[1] == est.means()[1]  # deeper positions are not discounted
+
+
+# --- measured over planned ------------------------------------------------------------------------
+
+
+def test_efficiency_starts_as_planned_and_follows_steps_that_fall_short() -> None:
+    eff = Efficiency()
+    assert eff.value == 1.0
+    planned = Plan("draft", 3, 3.0, 1.0)
+    for _ in range(40):
+        eff.observe(planned, tokens=2, seconds=1.5)  # 2/3 of the tokens in 1.5x the time
+    # Between the plan (1) and the measurements (0.44), nearer the measurements.
+    assert (2 / 3) / 1.5 < eff.value < 0.6
+    eff.forget(0.0)
+    assert eff.value == 1.0
+
+
+def test_efficiency_is_bounded_and_ignores_empty_plans() -> None:
+    eff = Efficiency(bounds=(0.5, 1.1))
+    eff.observe(Plan(None, 0, 0.0, 1.0), tokens=5, seconds=1.0)
+    assert eff.value == 1.0
+    for _ in range(30):
+        eff.observe(Plan("ngram", 4, 2.0, 1.0), tokens=1, seconds=10.0)
+    assert eff.value == 0.5
+    for _ in range(60):
+        eff.observe(Plan("ngram", 4, 2.0, 1.0), tokens=5, seconds=0.5)
+    assert eff.value == 1.1
+
+
+def test_a_drafter_that_has_fallen_short_must_look_that_much_better() -> None:
+    good = draft_option(GPU, 0.6, 0.2)  # expected to run 1.36x plain decoding
+    assert plan(StepCost(GPU), [good]).name == "draft"
+    shortfall = Option(good.name, good.accept, good.cost, good.k_max, efficiency=0.7)
+    assert plan(StepCost(GPU), [shortfall]).name is None
+    ngram = ngram_option(GPU, 0.5)
+    assert plan(StepCost(GPU), [shortfall, ngram]).name == "ngram"
