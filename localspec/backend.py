@@ -80,7 +80,8 @@ class LoadOptions:
     batch_invariant (on by default) turns off weight repacking and forces flash attention, which
     makes small batched verifies round like one-token decoding on the CPU (scripts/batch_rounding.py).
     With repacking on, greedy speculative output differed from the target alone on 4 of the 8
-    bench prompts on Qwen2.5-Coder-1.5B; with it off, on none.
+    bench prompts on Qwen2.5-Coder-1.5B; with it off, on none. Off (`--fast`), verifies batch
+    better and output is identical only up to float rounding, as in llama.cpp's own speculation.
     """
 
     n_ctx: int = 4096
@@ -144,6 +145,11 @@ class LlamaModel:
         # Verify batches larger than this would not round as the target alone does (see above); with
         # repacked weights no batch size is exact, and speculation there is lossless up to rounding.
         self.max_verify_batch = EXACT_VERIFY_BATCH if options.batch_invariant else options.n_batch
+
+    @property
+    def exact(self) -> bool:
+        """Whether verifies are made to round as one-token decoding does (LoadOptions.batch_invariant)."""
+        return self.options.batch_invariant
 
     def _load_model(self, progress: ProgressFn | None) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()

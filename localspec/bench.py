@@ -30,6 +30,7 @@ class BenchRow:
     k: int
     mean_k: float
     redecided: int
+    exact: bool
     python_share: float
     method_steps: dict[str, int]
     fallback_reason: str | None
@@ -105,6 +106,7 @@ def _row(result: GenerationResult, base: GenerationResult) -> BenchRow:
         k=st.k,
         mean_k=round(st.mean_k, 2),
         redecided=st.redecided,
+        exact=st.exact,
         python_share=round(st.python_s / st.elapsed_s, 4) if st.elapsed_s else 0.0,
         method_steps=dict(st.method_steps),
         fallback_reason=st.fallback_reason,

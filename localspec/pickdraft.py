@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -114,11 +115,14 @@ class PickResult:
     device: DeviceMemory
     candidates: list[Candidate]
     choice: Choice
+    # Planned for repacked weights (`--fast` loading) rather than exact verifies.
+    repack: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": str(self.target.path),
             "device": self.device.describe(),
+            "exact": not self.repack,
             "choice": self.choice.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
         }
@@ -150,7 +154,7 @@ def pick_draft(
     info = read_gguf_info(target, cache_dir=cache_dir)
     shape = ModelShape.from_info(info)
     base = machine.plan(shape, None)  # refuses when the target alone cannot fit
-    costs = Costs(shape, info.path, curves or {})
+    costs = Costs(shape, info.path, curves or {}, repack=repack)
     found = discover(search_paths, env=env, cache_dir=cache_dir)
     models = [m for m in found.models if m.info.path != info.path]
     cands = [_model_candidate(info, m, machine, costs, cache_dir) for m in models]
@@ -158,7 +162,7 @@ def pick_draft(
     if not any(c.usable and c.method == "draft" for c in cands):
         cands += _catalog_candidates(info, {m.info.path.name for m in models}, base, costs)
     ranked = sorted(cands, key=rank_key)
-    return PickResult(info, device, ranked, choose(ranked))
+    return PickResult(info, device, ranked, choose(ranked), repack)
 
 
 @dataclass(frozen=True)
@@ -184,13 +188,17 @@ def pick_for_machine(
     kv_type: str = "f16",
     vram: int | None = None,
     ram: int | None = None,
+    repack: bool | None = None,
 ) -> PickResult:
     """The fast path `serve`, `chat` and `pick-draft` use: this machine's memory (or the overrides),
-    and the decode curves the auto policy or `--measure` cached here, where they exist."""
+    and the decode curves the auto policy or `--measure` cached here, where they exist.
+
+    `repack` None plans for LoadOptions' default (exact); True for `--fast` loading."""
     from localspec.devices import detect_memory
 
     device = detect_memory(vram, ram)
-    result = pick_draft(target, device, search_paths=search_paths, n_ctx=n_ctx, kv_type=kv_type)
+    pick = partial(pick_draft, target, device, search_paths=search_paths, n_ctx=n_ctx, kv_type=kv_type)
+    result = pick(repack=repack)
     if vram is not None or ram is not None:
         return result  # curves measured here say nothing about the machine being planned for
     from localspec.pickdraft_measure import cached_curves
@@ -198,7 +206,7 @@ def pick_for_machine(
     curves = cached_curves(result)
     if not curves:
         return result
-    return pick_draft(target, device, search_paths=search_paths, n_ctx=n_ctx, kv_type=kv_type, curves=curves)
+    return pick(repack=repack, curves=curves)
 
 
 # What `--method auto` chooses among at each step (the engine's auto policy): n-gram lookup, the loaded

@@ -10,7 +10,8 @@ not measured, from the memory plan:
   target's token on a 2-core CPU though it reads 0.4 of its bytes, while on
   memory-bound GPU decoding it costs about its size ratio;
 - verifying n tokens costs V(n) = 1 + 0.4 (n - 1) target tokens on a CPU (calibration on the
-  2-core CI machine, batch-invariant loading: V(4) = 2.25, V(7) = 3.48) and is nearly flat on a GPU;
+  2-core CI machine, batch-invariant loading: V(4) = 2.25, V(7) = 3.48), 1 + 0.2 (n - 1) with
+  repacked weights (`--fast`; llama-bench: V(4) = 1.34, V(8) = 2.39), and is nearly flat on a GPU;
 - acceptance: the controller's DRAFT_PRIOR for a draft model; n-gram lookup drafts on
   NGRAM_MATCH_RATE of steps with the controller's prior for a 4-token match.
 
@@ -39,6 +40,7 @@ from localspec.planner import MemoryPlan, ModelShape
 # decoding (backend.EXACT_VERIFY_BATCH), so the engine never runs them.
 K_MAX = 6
 CPU_VERIFY_SLOPE = 0.4
+REPACKED_CPU_VERIFY_SLOPE = 0.2
 GPU_VERIFY_SLOPE = 0.02
 # Effective bytes per second of decoding: only their ratio matters, for a model split across both.
 CPU_BANDWIDTH = 20e9
@@ -68,16 +70,19 @@ class Estimate:
 class Costs:
     """Decode costs in target-token units for one plan: measured curves where given, priors otherwise."""
 
-    def __init__(self, target: ModelShape, target_path: Path, curves: Mapping[Path, Curve]) -> None:
+    def __init__(
+        self, target: ModelShape, target_path: Path, curves: Mapping[Path, Curve], *, repack: bool = False
+    ) -> None:
         self.target = target
         self.measured_target = curves.get(target_path)
         self.curves = curves
+        self.cpu_slope = REPACKED_CPU_VERIFY_SLOPE if repack else CPU_VERIFY_SLOPE
 
     def verify(self, plan: MemoryPlan) -> Curve:
         """V(n) / V(1): what verifying n tokens costs in target tokens."""
         if self.measured_target is not None:
             return Curve(self.measured_target.relative())
-        seconds = _prior_seconds(self.target, plan.target.gpu_layers, plan.target.all_on_gpu)
+        seconds = _prior_seconds(self.target, plan.target.gpu_layers, plan.target.all_on_gpu, self.cpu_slope)
         return Curve(tuple(s / seconds[0] for s in seconds))
 
     def draft_model(
@@ -125,7 +130,9 @@ def estimate(verify: Curve, cost: float, accept: Sequence[float], *, measured: b
     return Estimate(speedup, plan.k, cost, verify(plan.k + 1), accept[0], measured)
 
 
-def _prior_seconds(shape: ModelShape, gpu_layers: int, all_on_gpu: bool) -> tuple[float, ...]:
+def _prior_seconds(
+    shape: ModelShape, gpu_layers: int, all_on_gpu: bool, cpu_slope: float = CPU_VERIFY_SLOPE
+) -> tuple[float, ...]:
     """Prior seconds to decode n = 1..K_MAX + 1 tokens in one batch with this placement."""
     n = shape.n_layers
     head = shape.head_bytes + shape.other_bytes
@@ -134,6 +141,5 @@ def _prior_seconds(shape: ModelShape, gpu_layers: int, all_on_gpu: bool) -> tupl
     cpu = (cpu_read + CPU_STEP_OVERHEAD_BYTES) / CPU_BANDWIDTH if cpu_read > 0 else 0.0
     gpu = gpu_read / GPU_BANDWIDTH
     return tuple(
-        cpu * (1 + CPU_VERIFY_SLOPE * (m - 1)) + gpu * (1 + GPU_VERIFY_SLOPE * (m - 1))
-        for m in range(1, K_MAX + 2)
+        cpu * (1 + cpu_slope * (m - 1)) + gpu * (1 + GPU_VERIFY_SLOPE * (m - 1)) for m in range(1, K_MAX + 2)
     )

@@ -83,6 +83,7 @@ def measure(
         n_ctx=min(PROBE_CTX, base.plan.n_ctx),
         gpu_layers=base.plan.target.llama_gpu_layers,
         kv_type=base.plan.kv_type,
+        batch_invariant=not result.repack,
     )
     target = LlamaModel(result.target.path, options)
     try:
@@ -184,7 +185,8 @@ def probe(
 
 
 def cached_curves(result: PickResult, cache_dir: Path | None = None) -> dict[Path, Curve]:
-    """Decode curves already measured on this machine for the target and the usable drafts, by path."""
+    """Decode curves already measured on this machine for the target and the usable drafts, by path,
+    loaded as the result was planned (exact, or `--fast`)."""
     from localspec.calibrate import calibration_key, load_cached
 
     cache = cache_dir or Paths.from_env().cache_dir
@@ -193,7 +195,9 @@ def cached_curves(result: PickResult, cache_dir: Path | None = None) -> dict[Pat
         if not cand.usable or cand.plan is None:
             continue
         plan = cand.plan
-        options = LoadOptions(kv_type=plan.kv_type, gpu_layers=plan.target.llama_gpu_layers)
+        options = LoadOptions(
+            kv_type=plan.kv_type, gpu_layers=plan.target.llama_gpu_layers, batch_invariant=not result.repack
+        )
         files = [(result.target.path, options)]
         if cand.method == "draft" and cand.path is not None and plan.draft is not None:
             files.append((cand.path, replace(options, gpu_layers=plan.draft.llama_gpu_layers)))

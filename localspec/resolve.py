@@ -85,7 +85,9 @@ def _picked(
 ) -> tuple[Settings, Choice]:
     from localspec.pickdraft import apply_choice, choose, pick_for_machine
 
-    result = pick_for_machine(target, n_ctx=settings.n_ctx, kv_type=settings.kv_type, vram=vram, ram=ram)
+    result = pick_for_machine(
+        target, n_ctx=settings.n_ctx, kv_type=settings.kv_type, vram=vram, ram=ram, repack=not settings.exact
+    )
     choice = result.choice
     if settings.method == "draft" and choice.method != "draft":
         # The person asked for a draft model: the fastest usable one, even where it is not expected to pay.
@@ -109,6 +111,7 @@ def _config(settings: Settings, target: Path, draft: Path | None) -> EngineConfi
             n_threads=settings.threads,
             gpu_layers=settings.gpu_layers,
             kv_type=settings.kv_type,
+            batch_invariant=settings.exact,
         ),
         draft_gpu_layers=settings.draft_gpu_layers,
         queue_size=settings.queue_size,

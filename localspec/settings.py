@@ -38,6 +38,12 @@ class Settings(BaseSettings):
     gpu_layers: int | None = Field(None, ge=-1, description="Target layers on the GPU; default: plan.")
     draft_gpu_layers: int | None = Field(None, ge=-1, description="Draft layers on the GPU; default: plan.")
     kv_type: str = Field("f16", description="KV cache type: f16, q8_0 or q4_0.")
+    exact: bool = Field(
+        True,
+        description="Greedy output token-identical to the target alone (default). False (--fast): "
+        "repacked weights and no near-tie re-decides; faster batched verifies, identical up to "
+        "float rounding, as llama.cpp's own speculative decoding is.",
+    )
     socket: Path | None = Field(None, description="Unix socket path for serve; default: runtime dir.")
     tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")
     token: str | None = Field(None, description="Bearer token required on TCP (always for non-loopback).")

@@ -147,6 +147,10 @@ class Generation:
         # The last prompt token is always decoded again: its logits choose the first token.
         self.reuse = max(0, min(reuse, len(prompt) - 1))
         self.stats = GenerationStats(method=method, k=k, prompt_tokens=len(prompt), cached_tokens=self.reuse)
+        self.stats.exact = target.exact
+        # Fast loading makes no batch round like one-token decoding: re-deciding near-ties would
+        # cost a decode each and still not make the output exact, so it is not done there.
+        self._redecide_ties = target.exact
         self.generated: list[int] = []
         self.finish: FinishReason | None = None
         self.result: GenerationResult | None = None
@@ -253,7 +257,7 @@ class Generation:
         for i in range(len(batch)):
             row = self.target.logits(i)
             choice = int(row.argmax())
-            if len(batch) > 1 and _near_tie(row, choice):
+            if len(batch) > 1 and self._redecide_ties and _near_tie(row, choice):
                 return self._redecide(batch, base, i)
             choices.append(choice)
             if i < len(draft) and draft[i] != choice:

@@ -96,6 +96,8 @@ class GenerationStats:
     draft_s: float = 0.0
     python_s: float = 0.0
     redecided: int = 0
+    # Verified as one-token decoding rounds (the default), or loaded fast: identical up to rounding.
+    exact: bool = True
     method_steps: dict[str, int] = field(default_factory=dict)
     fallback_reason: str | None = None
 

@@ -348,6 +348,27 @@ def test_step_outcomes_say_what_was_judged_and_looked_at(
     draft.close()
 
 
+def test_fast_loading_verifies_in_any_batch_and_skips_near_tie_redecides(
+    tiny_target: Path, tiny_perfect_draft: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(speculative, "NEAR_TIE", 1e9)  # every verified position a near-tie
+    fast_options = dataclasses.replace(TINY, batch_invariant=False)
+    target, draft = LlamaModel(tiny_target, fast_options), LlamaModel(tiny_perfect_draft, fast_options)
+    assert not target.exact and target.max_verify_batch == fast_options.n_batch
+    gen = generate(target, FixedPolicy(ModelDrafter(draft), 12), "the cat sat on", max_tokens=40)
+    assert not gen.stats.exact and gen.stats.redecided == 0
+    assert gen.stats.mean_k > EXACT_VERIFY_BATCH - 1  # no exact-batch cap either
+    target.close()
+    draft.close()
+    exact_target = LlamaModel(tiny_target, TINY)
+    assert exact_target.exact and exact_target.max_verify_batch == EXACT_VERIFY_BATCH
+    exact_draft = LlamaModel(tiny_perfect_draft, TINY)
+    gen = generate(exact_target, FixedPolicy(ModelDrafter(exact_draft), 12), "the cat sat on", max_tokens=40)
+    assert gen.stats.exact and gen.stats.redecided > 0
+    exact_target.close()
+    exact_draft.close()
+
+
 def test_auto_is_token_identical_under_sampling_with_a_seed(
     tiny: LlamaModel, tiny_related_draft: Path
 ) -> None:

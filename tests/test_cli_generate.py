@@ -38,6 +38,25 @@ def test_generate_streams_text_and_prints_stats(tiny_target: Path, tiny_perfect_
     assert "tok/s" in stats_line and "method draft" in stats_line and "accepted" in stats_line
 
 
+def test_fast_loading_is_asked_for_and_reported(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+    args = [
+        "generate",
+        "hello world",
+        "--target",
+        str(tiny_target),
+        "--max-tokens",
+        "8",
+        "--json",
+        *ONE_THREAD,
+    ]
+    code, out, err = invoke(*args, "--draft", str(tiny_perfect_draft), "--method", "draft", "--fast")
+    assert code == 0, err
+    assert json.loads(out)["stats"]["exact"] is False
+    code, out, err = invoke(*args, "--method", "none")
+    assert code == 0, err
+    assert json.loads(out)["stats"]["exact"] is True
+
+
 def test_generate_json_has_text_tokens_and_stats(tiny_target: Path, tiny_perfect_draft: Path) -> None:
     args = [
         "generate",

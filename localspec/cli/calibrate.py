@@ -23,6 +23,7 @@ SHOWN_K = (1, 2, 3, 4, 6, 8)
 @click.option("--gpu-layers", type=int, help="Target layers on the GPU (-1: all).")
 @click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (-1: all).")
 @click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), help="KV cache type.")
+@click.option("--exact/--fast", "exact", default=None, help="Curves for exact (default) or --fast loading.")
 @click.option("--refresh", is_flag=True, help="Measure again even when a cached curve exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
@@ -45,7 +46,11 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
     target = target_path(settings, paths)
     draft = draft_path(settings, paths, target)
     options = LoadOptions(
-        n_ctx=256, n_threads=settings.threads, gpu_layers=settings.gpu_layers, kv_type=settings.kv_type
+        n_ctx=256,
+        n_threads=settings.threads,
+        gpu_layers=settings.gpu_layers,
+        kv_type=settings.kv_type,
+        batch_invariant=settings.exact,
     )
     report: dict[str, Any] = {"target": None, "draft": None}
     progress = None if as_json else LoadProgress()

@@ -189,3 +189,5 @@ def bench(
                 f"{name:<18} {method:<10} {row.tokens_per_second:>7.1f} {row.speedup_vs_none:>7.2f}x "
                 f"{row.acceptance_rate:>7.0%} {row.mean_k:>6.1f} {same:>5}"
             )
+    if not settings.exact:
+        click.echo("(--fast: outputs may differ from none where the top two logits nearly tie)")

@@ -24,6 +24,13 @@ MODEL_OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--gpu-layers", type=int, help="Target layers on the GPU (-1: all; default: all if any)."),
     click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (-1: all)."),
     click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), help="KV cache type."),
+    click.option(
+        "--exact/--fast",
+        "exact",
+        default=None,
+        help="--fast: repacked weights, faster verifies, output identical to the target alone only up "
+        "to float rounding (default: exact).",
+    ),
 ]
 
 MODEL_KEYS = (
@@ -36,6 +43,7 @@ MODEL_KEYS = (
     "gpu_layers",
     "draft_gpu_layers",
     "kv_type",
+    "exact",
 )
 
 

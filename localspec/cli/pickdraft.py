@@ -35,6 +35,9 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
     "--ctx", "n_ctx", type=click.IntRange(min=64), help="Context size in tokens (default: settings)."
 )
 @click.option("--kv-type", type=click.Choice(KV_TYPES), help="KV cache type (default: settings).")
+@click.option(
+    "--exact/--fast", "exact", default=None, help="Plan for exact (default) or --fast loading (see generate)."
+)
 @click.option("--measure", is_flag=True, help="Measure speed and acceptance here instead of using priors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the choice and every candidate as JSON.")
 @click.option("--save", is_flag=True, help="Write the choice to config.toml, which serve and chat read.")
@@ -45,6 +48,7 @@ def pick_draft_command(
     ram: str | None,
     n_ctx: int | None,
     kv_type: str | None,
+    exact: bool | None,
     measure: bool,
     as_json: bool,
     save: bool,
@@ -61,7 +65,7 @@ def pick_draft_command(
     from localspec.resolve import target_path
     from localspec.settings import load_settings, save_settings
 
-    settings = load_settings(target=target, n_ctx=n_ctx, kv_type=kv_type)
+    settings = load_settings(target=target, n_ctx=n_ctx, kv_type=kv_type, exact=exact)
     target_file = target_path(settings, Paths.from_env())
     result = pick_for_machine(
         target_file,
@@ -70,6 +74,7 @@ def pick_draft_command(
         kv_type=settings.kv_type,
         vram=parse_size(vram) if vram is not None else None,
         ram=parse_size(ram) if ram is not None else None,
+        repack=not settings.exact,
     )
     if measure:
         result = _measured(result, quiet=as_json)
