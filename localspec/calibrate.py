@@ -26,6 +26,7 @@ from typing import Any
 
 import llama_cpp
 
+from localspec.atomicfile import write_text_atomic
 from localspec.backend import LlamaModel, LoadOptions, default_threads, gpu_offload_supported
 from localspec.controller import K_MAX, Curve
 
@@ -115,9 +116,7 @@ def store(cache_dir: Path, key: Key, curve: Curve) -> Path:
     path = cache_file(cache_dir, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"key": key, "seconds": list(curve.seconds), "measured_at": time.time()}
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(payload, indent=1))
     return path
 
 

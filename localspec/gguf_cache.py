@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from localspec.atomicfile import write_text_atomic
+
 # Bump when GGUFInfo, the cached token format or the parser's output changes, so old entries are ignored.
 CACHE_VERSION = 3
 
@@ -53,11 +55,9 @@ def _load(file: Path) -> Any:
 
 
 def _write(file: Path, data: Any) -> None:
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         # ensure_ascii escapes lone surrogates, which plain UTF-8 could not encode.
-        tmp.write_text(json.dumps(data, ensure_ascii=True), encoding="utf-8")
-        os.replace(tmp, file)
+        write_text_atomic(file, json.dumps(data, ensure_ascii=True))
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass  # a cache that cannot be written is read again next time

@@ -25,6 +25,7 @@ from typing import Any
 
 import gguf
 
+from localspec.atomicfile import write_text_atomic
 from localspec.errors import ModelFileError, UnsupportedModelError, UserInputError
 
 # Bump when the derived files' layout changes, so stale cached drafts are not reused.
@@ -119,9 +120,7 @@ def _identify(target: Path, cache_dir: Path) -> tuple[TargetIdentity, gguf.GGUFR
     arch = _arch(reader, target)
     ident = TargetIdentity(_sha256(target), arch, _int_field(reader, f"{arch}.block_count", target))
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({**seen, **asdict(ident), "path": str(target.resolve())}))
-    os.replace(tmp, stamp)
+    write_text_atomic(stamp, json.dumps({**seen, **asdict(ident), "path": str(target.resolve())}))
     return ident, reader
 
 

@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from localspec.atomicfile import write_text_atomic
 from localspec.errors import ConfigError
 from localspec.paths import Paths
 from localspec.types import Method
@@ -90,9 +91,7 @@ def save_settings(values: dict[str, Any], paths: Paths | None = None) -> Path:
         else:
             current[key] = str(value) if isinstance(value, Path) else value
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in sorted(current.items())), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(f"{k} = {_toml_value(v)}\n" for k, v in sorted(current.items())))
     return path
 
 

@@ -24,6 +24,7 @@ ALLOWED = {
     "localspec.paths",
     "localspec.pidfile",
     "localspec.parentwatch",
+    "localspec.atomicfile",
 }
 
 

@@ -8,7 +8,6 @@ file outside the chats folder.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localspec.atomicfile import write_text_atomic
 from localspec.errors import UserInputError
 from localspec.types import ChatMessage
 
@@ -94,11 +94,7 @@ class ChatStore:
         chat.updated = time.time()
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.path(chat.id)
-        tmp = path.with_suffix(".json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(chat.to_dict(), f, ensure_ascii=False, indent=1)
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(chat.to_dict(), ensure_ascii=False, indent=1), mode=0o600)
         return path
 
     def load(self, chat_id: str) -> Chat:
