@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from daemonproc import LONG_CHAT, Daemon, metric, start_daemon, wait_for_metric
+from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import OptionList, Static, TextArea
 
@@ -373,3 +375,23 @@ async def test_models_screen_and_switching_the_target_of_a_chat_daemon(
             assert app.health is not None and app.health.model == "tiny-perfect-draft"
     finally:
         app.connection.close()
+
+
+async def test_the_models_screen_shows_brackets_in_paths_as_written(
+    isolated: Path, tiny_target: Path
+) -> None:
+    odd = isolated / "[bold]odd[italic].gguf"
+    shutil.copy(tiny_target, odd)
+
+    class Host(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(ModelsScreen(None, odd, can_switch=False))
+
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen) and app.screen.is_mounted)
+        served = str(app.screen.query_one("#models-served", Static).render())
+        assert f"saved draft choice (pick-draft): {odd}" in served
+        options = app.screen.query_one("#models-list", OptionList)
+        await wait_until(pilot, lambda: options.option_count > 0)
+        assert "[bold]odd[italic]" in str(options.get_option_at_index(0).prompt)

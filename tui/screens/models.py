@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -47,8 +48,10 @@ class ModelsScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="models-body"):
-            yield Static(served_text(self.health, self.saved_draft, self.can_switch), id="models-served")
-            yield Label("looking for models…", id="models-note")
+            # Paths and errors are shown as written: a "[" in a folder name is not markup.
+            served = served_text(self.health, self.saved_draft, self.can_switch)
+            yield Static(served, id="models-served", markup=False)
+            yield Label("looking for models…", id="models-note", markup=False)
             yield OptionList(id="models-list")
 
     def on_mount(self) -> None:
@@ -67,7 +70,7 @@ class ModelsScreen(ModalScreen[Path | None]):
         self.entries = entries
         self.query_one("#models-note", Label).update(f"{len(entries)} models found (`localspec models`)")
         options = self.query_one("#models-list", OptionList)
-        options.add_options([Option(e.label(), id=str(i)) for i, e in enumerate(entries)])
+        options.add_options([Option(Text(e.label()), id=str(i)) for i, e in enumerate(entries)])
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if not self.can_switch or event.option.id is None:
