@@ -18,6 +18,20 @@ def invoke(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def generate_json(target: Path, *, max_tokens: int) -> list[str]:
+    """`generate "hello world" --json` on `target`, one thread."""
+    return [
+        "generate",
+        "hello world",
+        "--target",
+        str(target),
+        "--max-tokens",
+        str(max_tokens),
+        "--json",
+        *ONE_THREAD,
+    ]
+
+
 def test_generate_streams_text_and_prints_stats(tiny_target: Path, tiny_perfect_draft: Path) -> None:
     code, out, err = invoke(
         "generate",
@@ -39,16 +53,7 @@ def test_generate_streams_text_and_prints_stats(tiny_target: Path, tiny_perfect_
 
 
 def test_fast_loading_is_asked_for_and_reported(tiny_target: Path, tiny_perfect_draft: Path) -> None:
-    args = [
-        "generate",
-        "hello world",
-        "--target",
-        str(tiny_target),
-        "--max-tokens",
-        "8",
-        "--json",
-        *ONE_THREAD,
-    ]
+    args = generate_json(tiny_target, max_tokens=8)
     code, out, err = invoke(*args, "--draft", str(tiny_perfect_draft), "--method", "draft", "--fast")
     assert code == 0, err
     assert json.loads(out)["stats"]["exact"] is False
@@ -58,16 +63,7 @@ def test_fast_loading_is_asked_for_and_reported(tiny_target: Path, tiny_perfect_
 
 
 def test_generate_json_has_text_tokens_and_stats(tiny_target: Path, tiny_perfect_draft: Path) -> None:
-    args = [
-        "generate",
-        "hello world",
-        "--target",
-        str(tiny_target),
-        "--max-tokens",
-        "16",
-        "--json",
-        *ONE_THREAD,
-    ]
+    args = generate_json(tiny_target, max_tokens=16)
     code, out, _ = invoke(*args, "--method", "none")
     base = json.loads(out)
     code2, out2, _ = invoke(*args, "--draft", str(tiny_perfect_draft), "--method", "draft", "-k", "3")
