@@ -87,7 +87,12 @@ def test_generate_options_num_predict_and_stats(tcp_ollama: ollama.Client, daemo
     assert out.done and out.done_reason == "length"
     assert out.eval_count == 6
     # The ollama package drops fields it does not know; the speculation stats are in the raw body.
-    body = {"model": "tiny-fim", "prompt": "the model is", "stream": False, "options": {"num_predict": 6}}
+    body = {
+        "model": "tiny-fim",
+        "prompt": "the model is",
+        "stream": False,
+        "options": {**GREEDY, "num_predict": 6},
+    }
     with daemon.tcp_http() as http:
         stats = http.post("/api/generate", json=body).json()["localspec"]
     assert stats["tokens"] == 6 and "acceptance_rate" in stats and stats["method"]
