@@ -60,6 +60,9 @@ def test_fast_loading_is_asked_for_and_reported(tiny_target: Path, tiny_perfect_
     code, out, err = invoke(*args, "--method", "none")
     assert code == 0, err
     assert json.loads(out)["stats"]["exact"] is True
+    code, _, err = invoke(*[a for a in args if a != "--json"], "--method", "none", "--fast")
+    assert code == 0, err
+    assert err.strip().splitlines()[-1].endswith("; --fast: identical to the target alone up to rounding")
 
 
 def test_generate_json_has_text_tokens_and_stats(tiny_target: Path, tiny_perfect_draft: Path) -> None:

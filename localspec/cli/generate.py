@@ -121,6 +121,8 @@ def _stats_line(result: GenerationResult) -> str:
             f"({st.acceptance_rate:.0%}), "
             f"mean accepted length {st.mean_accepted_length:.2f}"
         )
+    if not st.exact:
+        line += "; --fast: identical to the target alone up to rounding"
     if st.fallback_reason:
         line += f"; fell back: {st.fallback_reason}"
     return line
