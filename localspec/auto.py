@@ -258,7 +258,7 @@ class AutoPolicy:
         if step is None:
             return
         step.observed = True
-        step.drafted, step.accepted, step.examined = outcome.drafted, outcome.accepted, outcome.n_examined
+        step.drafted, step.accepted, step.examined = outcome.drafted, outcome.accepted, outcome.examined
         step.draft_s, step.target_s = outcome.draft_s, outcome.target_s
         step.redecided, step.redecide_s = outcome.redecided, outcome.redecide_s
         if self._draft is not None and step.name == self._draft.name and step.decodes:
@@ -266,9 +266,9 @@ class AutoPolicy:
             # stops at once would be planned, and paid for, every step. Later refusals are choices,
             # not evidence: counted, they would make the next plans stop sooner and sooner. Tokens
             # after a near-tie were never judged: they are no evidence either way.
-            judged = max(outcome.n_judged, int(step.refused))
+            judged = max(outcome.judged, int(step.refused))
             self._estimator(self._draft.name).observe(outcome.accepted, judged)
-            self.confidence.observe(step.confidences[: outcome.n_judged], outcome.accepted)
+            self.confidence.observe(step.confidences[: outcome.judged], outcome.accepted)
 
     # --- learning ---------------------------------------------------------------------------------
 

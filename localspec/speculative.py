@@ -57,20 +57,12 @@ class StepOutcome:
     target_s: float
     # Positions re-decided by a one-token decode for a near-tie (the step ends at the first),
     # and that decode's seconds, which target_s includes.
-    redecided: int = 0
-    redecide_s: float = 0.0
-    # Drafted tokens judged (all of them, unless a near-tie ended the step first; None: all), and
-    # verify positions whose logits were looked at (None: up to the first rejection, bonus included).
-    judged: int | None = None
-    examined: int | None = None
-
-    @property
-    def n_judged(self) -> int:
-        return self.drafted if self.judged is None else self.judged
-
-    @property
-    def n_examined(self) -> int:
-        return min(self.accepted + 1, self.drafted + 1) if self.examined is None else self.examined
+    redecided: int
+    redecide_s: float
+    # Drafted tokens judged (all of them, unless a near-tie ended the step first), and verify
+    # positions whose logits were looked at (up to the first rejection or near-tie, bonus included).
+    judged: int
+    examined: int
 
 
 class Policy(Protocol):
@@ -146,11 +138,9 @@ class Generation:
         self.stream = TextStream(stop)
         # The last prompt token is always decoded again: its logits choose the first token.
         self.reuse = max(0, min(reuse, len(prompt) - 1))
-        self.stats = GenerationStats(method=method, k=k, prompt_tokens=len(prompt), cached_tokens=self.reuse)
-        self.stats.exact = target.exact
-        # Fast loading makes no batch round like one-token decoding: re-deciding near-ties would
-        # cost a decode each and still not make the output exact, so it is not done there.
-        self._redecide_ties = target.exact
+        self.stats = GenerationStats(
+            method=method, k=k, prompt_tokens=len(prompt), cached_tokens=self.reuse, exact=target.exact
+        )
         self.generated: list[int] = []
         self.finish: FinishReason | None = None
         self.result: GenerationResult | None = None
@@ -257,7 +247,9 @@ class Generation:
         for i in range(len(batch)):
             row = self.target.logits(i)
             choice = int(row.argmax())
-            if len(batch) > 1 and self._redecide_ties and _near_tie(row, choice):
+            # Fast loading makes no batch round like one-token decoding: a re-decide would cost a
+            # decode and still not make the output exact, so near-ties are re-decided only when exact.
+            if len(batch) > 1 and self.target.exact and _near_tie(row, choice):
                 return self._redecide(batch, base, i)
             choices.append(choice)
             if i < len(draft) and draft[i] != choice:

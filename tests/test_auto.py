@@ -337,7 +337,7 @@ def test_step_outcomes_say_what_was_judged_and_looked_at(
     generate(tiny, policy, "the cat sat on", max_tokens=40)
     drafting = [o for o in policy.outcomes if o.drafted]
     assert drafting and all(o.redecided == 0 for o in drafting)
-    assert all(o.n_judged == o.drafted and o.n_examined == o.accepted + 1 for o in drafting)
+    assert all(o.judged == o.drafted and o.examined == o.accepted + 1 for o in drafting)
     # Every verified position a near-tie: each step ends at its first, judging one drafted token.
     monkeypatch.setattr(speculative, "NEAR_TIE", 1e9)
     policy = _Recording(ModelDrafter(draft), 4)
