@@ -185,7 +185,7 @@ def replay(
         draft = _draft(drafter, k, tokens, trace.prompt, started)
         clock.advance(machine.step_overhead + draft.seconds)
         n = len(draft.tokens)
-        new, accepted, redecided = _verify(trace, result.tokens, draft.tokens)
+        new, accepted, redecided = verify_outcome(trace, result.tokens, draft.tokens)
         # As Generation: a near-tie at position new - 1 ends the judging there.
         judged = min(new, n) if redecided else n
         redecide_s = machine.verify(1) if redecided else 0.0
@@ -221,7 +221,7 @@ def replay(
     return result
 
 
-def _verify(trace: Trace, at: int, draft: Sequence[int]) -> tuple[int, int, bool]:
+def verify_outcome(trace: Trace, at: int, draft: Sequence[int]) -> tuple[int, int, bool]:
     """(tokens the step yields, drafted tokens accepted, whether a near-tie was re-decided).
 
     As Generation's greedy verify: positions are judged in order; the first one whose top-two

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from replaytraces import CPU, GPU, MS, RNG_VOCAB, copy_trace, fresh_trace, machine
 from scipy import stats
 
 from localspec import speculative
 from localspec.auto import AutoPolicy, OnlineCosts, StepRecord
 from localspec.backend import EXACT_VERIFY_BATCH, LlamaModel, LoadOptions
-from localspec.controller import K_MAX, Curve, Plan
+from localspec.controller import Plan
 from localspec.drafters import Draft, ModelDrafter, NgramDrafter
 from localspec.engine import Engine, EngineConfig
 from localspec.paths import Paths
@@ -27,10 +28,6 @@ from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, r
 from localspec.speculative import FixedPolicy, Generation, Policy
 from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
 
-MS = 1e-3
-# This CPU (llama-bench, 2 threads, Qwen2.5-Coder-1.5B): V(4) ~ 2.5 V(1), V(9) ~ 6.4 V(1).
-CPU = Curve.from_points({1: 34 * MS, 2: 51 * MS, 4: 85 * MS, 9: 218 * MS, 16: 388 * MS}, K_MAX + 1)
-GPU = Curve(tuple((5.0 + 0.1 * (n - 1)) * MS for n in range(1, K_MAX + 2)))
 TINY = LoadOptions(n_ctx=1024, n_threads=1)
 
 
@@ -39,11 +36,6 @@ class FrozenCosts(OnlineCosts):
 
     def learn(self, step: StepRecord) -> None:
         pass
-
-
-def machine(curve: Curve, draft_ratio: float = 0.0, overhead: float = 0.0) -> Machine:
-    draft = curve.scaled(draft_ratio) if draft_ratio else None
-    return Machine(curve, draft, step_overhead=overhead)
 
 
 def run_auto(m: Machine, trace: Trace) -> tuple[Replayed, AutoPolicy]:
@@ -65,30 +57,6 @@ def best_fixed(m: Machine, trace: Trace) -> float:
     speeds = [run_fixed(m, trace, "none", 0).tokens_per_second]
     speeds += [run_fixed(m, trace, method, k).tokens_per_second for method in methods for k in range(1, 9)]
     return max(speeds)
-
-
-# Synthetic traces: a code edit copies most of its prompt; fresh prose copies nothing.
-
-RNG_VOCAB = 5000
-
-
-def copy_trace(n: int = 160) -> Trace:
-    rng = np.random.default_rng(1)
-    prompt = [int(t) for t in rng.integers(0, RNG_VOCAB, 300)]
-    output = prompt[40 : 40 + n]
-    for i in range(20, n, 37):  # a rename: a few tokens differ, the rest is copied
-        output[i] = RNG_VOCAB + i
-    return Trace("copy", tuple(prompt), tuple(output), tuple(output), tuple([0.9] * n))
-
-
-def fresh_trace(n: int = 160, draft_hits: float = 0.0) -> Trace:
-    rng = np.random.default_rng(2)
-    prompt = [int(t) for t in rng.integers(0, RNG_VOCAB, 100)]
-    output = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, n)]
-    hits = rng.random(n) < draft_hits
-    guess = [t if hit else -7 for t, hit in zip(output, hits, strict=True)]
-    conf = [0.9 if hit else 0.3 for hit in hits]
-    return Trace("fresh", tuple(prompt), tuple(output), tuple(guess), tuple(conf))
 
 
 # --- decisions on replayed runs ------------------------------------------------------------------
