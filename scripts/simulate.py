@@ -6,6 +6,12 @@
     .venv/bin/python scripts/simulate.py predict traces.json
     # 3. the same traces on a GPU-like machine (flat verify curve), on paper
     .venv/bin/python scripts/simulate.py predict traces.json --gpu --draft-ratio 0.3
+    # 4. ... or with --fast's curves (repacked weights, no verify cap)
+    .venv/bin/localspec calibrate --fast --draft DRAFT.gguf --json > fast.json
+    .venv/bin/python scripts/simulate.py predict traces.json --calibration fast.json
+
+Every report has a ceiling beside auto: the fastest any per-step choice of method and
+k decodes the trace with, in hindsight (localspec.oracle).
 
 Greedy decoding is lossless, so the target's tokens do not depend on the policy; a
 trace (the target's tokens; the draft's guess and confidence at each position; the
@@ -42,6 +48,7 @@ from localspec.auto import AutoPolicy, OnlineCosts
 from localspec.backend import EXACT_VERIFY_BATCH
 from localspec.controller import K_MAX, Curve
 from localspec.drafters import NgramDrafter
+from localspec.oracle import ceiling
 from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
 from localspec.speculative import FixedPolicy, Policy
 
@@ -210,6 +217,14 @@ def _numpy_cost(n_vocab: int, *, confidence: bool) -> float:
 
 def machine_from(data: dict[str, Any], args: argparse.Namespace) -> Machine:
     verify, draft = Curve(tuple(data["verify"])), Curve(tuple(data["draft"]))
+    cap = args.max_verify_batch or data.get("max_verify_batch")
+    if args.calibration:
+        # Another loading's curves (`localspec calibrate --fast --json`) on the same traces: the
+        # tokens are the exact target's, which --fast matches up to rounding.
+        curves = json.loads(Path(args.calibration).read_text(encoding="utf-8"))
+        verify, draft = Curve(tuple(curves["target"]["seconds"])), Curve(tuple(curves["draft"]["seconds"]))
+        if not args.max_verify_batch:
+            cap = EXACT_VERIFY_BATCH if curves.get("exact", True) else None
     if args.gpu:
         flat = Curve(tuple(verify(1) * (1 + args.gpu_slope * (n - 1)) for n in range(1, K_MAX + 2)))
         return Machine(flat, flat.scaled(args.draft_ratio), args.overhead_ratio * verify(1), 0.0, 0.0)
@@ -222,7 +237,7 @@ def machine_from(data: dict[str, Any], args: argparse.Namespace) -> Machine:
         mean(r["python_s"] / r["steps"] for r in nones),
         data["position_overhead"],
         data["draft_token_overhead"],
-        args.max_verify_batch or data.get("max_verify_batch"),
+        cap,
     )
 
 
@@ -248,8 +263,10 @@ def policies(trace: Trace, m: Machine, clock: SimClock) -> dict[str, Callable[[]
     for k in FIXED_K:
         out[f"ngram:{k}"] = lambda k=k: FixedPolicy(NgramDrafter(), k)  # type: ignore[misc]
         out[f"draft:{k}"] = lambda k=k: FixedPolicy(TraceDrafter(trace, m), k)  # type: ignore[misc]
+    # As the engine builds it: planning no further than its largest verify batch.
+    k_max = K_MAX if m.max_verify_batch is None else min(K_MAX, m.max_verify_batch - 1)
     out["auto"] = lambda: AutoPolicy(
-        OnlineCosts(m.verify, m.draft), NgramDrafter(2, 8), TraceDrafter(trace, m), clock=clock
+        OnlineCosts(m.verify, m.draft), NgramDrafter(2, 8), TraceDrafter(trace, m), k_max=k_max, clock=clock
     )
     return out
 
@@ -259,11 +276,13 @@ def predict(args: argparse.Namespace) -> None:
     m = machine_from(data, args)
     _describe(m)
     report: dict[str, Any] = {}
+    # The measured runs are of the recorded loading: other curves are predictions only.
+    compare = not (args.gpu or args.calibration)
     for raw in data["traces"]:
         trace = Trace.from_dict(raw)
         measured = data["measured"].get(trace.name, {})
         here = m
-        if not args.gpu:
+        if compare:
             # The machine's speed while this prompt ran, from its plain runs only (a shared CPU
             # drifts over minutes); the speculative runs being predicted are not consulted.
             plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
@@ -271,15 +290,16 @@ def predict(args: argparse.Namespace) -> None:
         results: dict[str, Replayed] = {}
         for label, make in policies(trace, here, clock := SimClock()).items():
             results[label] = replay(trace, make(), here, clock)
-        report[trace.name] = _rows(results, measured, compare=not args.gpu)
-    _print_report(report, compare=not args.gpu)
+        results["ceiling"] = ceiling(trace, here).result
+        report[trace.name] = _rows(results, measured, compare=compare)
+    _print_report(report, compare=compare)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
 
 
 def _rows(results: dict[str, Replayed], measured: dict[str, Any], *, compare: bool) -> dict[str, Any]:
     base = results["none"].tokens_per_second
-    fixed = {k: v for k, v in results.items() if k not in ("none", "auto")}
+    fixed = {k: v for k, v in results.items() if k not in ("none", "auto", "ceiling")}
     best_label = max(fixed, key=lambda k: fixed[k].tokens_per_second)
     best = max(base, fixed[best_label].tokens_per_second)
     auto = results["auto"]
@@ -289,6 +309,8 @@ def _rows(results: dict[str, Replayed], measured: dict[str, Any], *, compare: bo
         "auto_vs_best_fixed": round(auto.tokens_per_second / best, 3),
         "best_fixed": best_label if fixed[best_label].tokens_per_second > base else "none",
         "best_fixed_speedup": round(best / base, 3),
+        "ceiling_speedup": round(results["ceiling"].tokens_per_second / base, 3),
+        "ceiling_steps": results["ceiling"].method_steps,
         "auto_steps": auto.method_steps,
         "auto_mean_drafted": round(auto.drafted / max(1, auto.steps - auto.method_steps.get("none", 0)), 2),
     }
@@ -302,7 +324,7 @@ def _rows(results: dict[str, Replayed], measured: dict[str, Any], *, compare: bo
                 "error": round(results[label].tokens_per_second / run["decode_tps"] - 1, 3),
             }
             for label, run in measured.items()
-            if label in results and label != "none" and run["decode_tps"]
+            if label in results and label not in ("none", "ceiling") and run["decode_tps"]
         }
     return rows
 
@@ -319,12 +341,14 @@ def _describe(m: Machine) -> None:
 
 
 def _print_report(report: dict[str, Any], *, compare: bool) -> None:
-    print(f"{'prompt':16} {'none t/s':>8} {'auto':>6} {'best fixed':>14} {'auto/best':>9}  auto steps")
+    print("speedups over plain decoding; ceiling: the best any per-step choice gives, in hindsight")
+    header = f"{'prompt':16} {'none t/s':>8} {'auto':>6} {'best fixed':>14} {'auto/best':>9} {'ceiling':>7}"
+    print(f"{header}  auto steps")
     for name, r in report.items():
         best = f"{r['best_fixed']} {r['best_fixed_speedup']:.2f}"
         print(
             f"{name:16} {r['none_tps']:8.2f} {r['auto_speedup']:6.2f} {best:>14} "
-            f"{r['auto_vs_best_fixed']:9.2f}  {r['auto_steps']}"
+            f"{r['auto_vs_best_fixed']:9.2f} {r['ceiling_speedup']:7.2f}  {r['auto_steps']}"
         )
     if not compare:
         return
@@ -368,6 +392,11 @@ def main() -> None:
     )
     pre.add_argument("--overhead-ratio", type=float, default=0.05, help="GPU: Python per step / V(1)")
     pre.add_argument("--json", help="also write the report here")
+    pre.add_argument(
+        "--calibration",
+        help="CPU: verify and draft curves from `localspec calibrate --draft D --json` instead of the "
+        "recorded ones (with --fast: what the repacked loading would do on these traces)",
+    )
     pre.add_argument(
         "--max-verify-batch",
         type=int,

@@ -52,7 +52,7 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
         kv_type=settings.kv_type,
         batch_invariant=settings.exact,
     )
-    report: dict[str, Any] = {"target": None, "draft": None}
+    report: dict[str, Any] = {"exact": settings.exact, "target": None, "draft": None}
     progress = None if as_json else LoadProgress()
     for role, path, opts in (
         ("target", target, options),
