@@ -122,7 +122,9 @@ def _measure(
     k = int(k_text) if k_text.isdigit() else 0
     policy: Policy
     if name == "auto":
-        k = min(k, K_MAX) or K_MAX  # "auto:N" caps it at N, as a request's k does
+        # As the engine builds it: "auto:N" caps k at N, as a request's k does, and no plan
+        # drafts past the target's largest exact verify batch.
+        k = min(k or K_MAX, K_MAX, target.max_verify_batch - 1)
         policy = AutoPolicy(costs, NgramDrafter(2, 8), ModelDrafter(draft), k_max=k)
     elif name == "ngram":
         policy = FixedPolicy(NgramDrafter(), k)
