@@ -2,7 +2,10 @@
 
 A benchmark, not a test: numbers depend on the machine. Runs are sequential on
 one engine, `none` first for each prompt, so every method sees the same warm
-caches; `repeat` > 1 keeps the fastest run of each.
+caches; `repeat` > 1 keeps the fastest run of each. Repeats take turns (none,
+auto, none, auto, ...) rather than running back to back: a shared CPU drifts by
+several percent over a minute, and back-to-back repeats charge that drift to
+whichever method ran later.
 """
 
 from __future__ import annotations
@@ -62,31 +65,30 @@ def run_bench(
     `k` None runs each method with its default k (see SpecParams).
     """
     report: dict[str, dict[str, BenchRow]] = {}
-    ordered = ["none", *[m for m in methods if m != "none"]]
+    ordered: list[Method] = ["none", *[m for m in methods if m != "none"]]
     for name, text in prompts.items():
-        request = GenerationRequest(messages=(ChatMessage("user", text),), max_tokens=max_tokens)
         results: dict[str, GenerationResult] = {}
-        for method in ordered:
-            if on_run is not None:
-                on_run(name, method)
-            results[method] = _fastest(engine, request, method, k, repeat)  # type: ignore[arg-type]
+        for _ in range(max(1, repeat)):
+            for method in ordered:
+                if on_run is not None:
+                    on_run(name, method)
+                run = engine.generate(_request(text, max_tokens, method, k))
+                best = results.get(method)
+                if best is None or run.stats.tokens_per_second > best.stats.tokens_per_second:
+                    results[method] = run
         base = results["none"]
         report[name] = {m: _row(results[m], base) for m in ordered if m in methods or m == "none"}
     return report
 
 
-def _fastest(
-    engine: Engine, request: GenerationRequest, method: Method, k: int | None, repeat: int
-) -> GenerationResult:
+def _request(text: str, max_tokens: int, method: Method, k: int | None) -> GenerationRequest:
     # Every run evaluates its prompt from scratch, so methods are compared on equal terms.
-    spec = GenerationRequest(
-        messages=request.messages,
-        max_tokens=request.max_tokens,
+    return GenerationRequest(
+        messages=(ChatMessage("user", text),),
+        max_tokens=max_tokens,
         speculative=SpecParams(method, k),
         cache_prompt=False,
     )
-    runs = [engine.generate(spec) for _ in range(max(1, repeat))]
-    return max(runs, key=lambda r: r.stats.tokens_per_second)
 
 
 def _row(result: GenerationResult, base: GenerationResult) -> BenchRow:

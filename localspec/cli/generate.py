@@ -165,7 +165,7 @@ def bench(
         raise click.BadParameter(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     settings = load_settings(**pop_model_settings(kwargs))
     prompts = load_prompts(prompts_file)
-    total = len(prompts) * len(set(chosen) | {"none"})
+    total = len(prompts) * len(set(chosen) | {"none"}) * repeat
     with Engine(engine_config(settings), progress=LoadProgress()) as engine:
         engine.wait_ready()
         with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
