@@ -23,6 +23,8 @@ from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Me
 @dataclass(frozen=True)
 class BenchRow:
     tokens_per_second: float
+    # (fastest - slowest) / fastest over the repeats: how much this machine's noise moves one run.
+    spread: float
     speedup_vs_none: float
     acceptance_rate: float
     identical_to_none: bool
@@ -67,18 +69,19 @@ def run_bench(
     report: dict[str, dict[str, BenchRow]] = {}
     ordered: list[Method] = ["none", *[m for m in methods if m != "none"]]
     for name, text in prompts.items():
-        results: dict[str, GenerationResult] = {}
+        runs: dict[str, list[GenerationResult]] = {m: [] for m in ordered}
         for _ in range(max(1, repeat)):
             for method in ordered:
                 if on_run is not None:
                     on_run(name, method)
-                run = engine.generate(_request(text, max_tokens, method, k))
-                best = results.get(method)
-                if best is None or run.stats.tokens_per_second > best.stats.tokens_per_second:
-                    results[method] = run
-        base = results["none"]
-        report[name] = {m: _row(results[m], base) for m in ordered if m in methods or m == "none"}
+                runs[method].append(engine.generate(_request(text, max_tokens, method, k)))
+        base = _fastest(runs["none"])
+        report[name] = {m: _row(runs[m], base) for m in ordered if m in methods or m == "none"}
     return report
+
+
+def _fastest(runs: Sequence[GenerationResult]) -> GenerationResult:
+    return max(runs, key=lambda r: r.stats.tokens_per_second)
 
 
 def _request(text: str, max_tokens: int, method: Method, k: int | None) -> GenerationRequest:
@@ -91,11 +94,14 @@ def _request(text: str, max_tokens: int, method: Method, k: int | None) -> Gener
     )
 
 
-def _row(result: GenerationResult, base: GenerationResult) -> BenchRow:
+def _row(runs: Sequence[GenerationResult], base: GenerationResult) -> BenchRow:
+    result = _fastest(runs)
     st = result.stats
     speed = st.tokens_per_second
+    slowest = min(r.stats.tokens_per_second for r in runs)
     return BenchRow(
         tokens_per_second=round(speed, 2),
+        spread=round(1 - slowest / speed, 3) if speed else 0.0,
         speedup_vs_none=round(speed / base.stats.tokens_per_second, 3)
         if base.stats.tokens_per_second
         else 0.0,

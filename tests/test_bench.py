@@ -43,3 +43,5 @@ def test_repeats_alternate_methods_and_the_fastest_run_of_each_is_reported(
     assert rows["none"].tokens_per_second == round(max(speeds["none"]), 2)
     assert rows["draft"].tokens_per_second == round(max(speeds["draft"]), 2)
     assert rows["draft"].identical_to_none and rows["draft"].acceptance_rate == 1.0
+    for method, row in rows.items():
+        assert row.spread == round(1 - min(speeds[method]) / max(speeds[method]), 3)

@@ -146,7 +146,11 @@ def _stats_line(result: GenerationResult) -> str:
     help="Comma-separated methods to compare with none.",
 )
 @click.option(
-    "--repeat", type=click.IntRange(1), default=1, show_default=True, help="Keep the fastest of N runs."
+    "--repeat",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Keep the fastest of N runs (taking turns between methods); spread: fastest against slowest.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print {prompt: {method: {...}}} as JSON.")
 def bench(
@@ -182,13 +186,15 @@ def bench(
         click.echo(json.dumps(report_json(report), indent=2))
         return
     click.echo(
-        f"{'prompt':<18} {'method':<10} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean k':>6} {'same':>5}"
+        f"{'prompt':<18} {'method':<10} {'tok/s':>7} {'spread':>6} {'speedup':>8} "
+        f"{'accept':>7} {'mean k':>6} {'same':>5}"
     )
     for name, rows in report.items():
         for method, row in rows.items():
             same = "yes" if row.identical_to_none else "NO"
             click.echo(
-                f"{name:<18} {method:<10} {row.tokens_per_second:>7.1f} {row.speedup_vs_none:>7.2f}x "
+                f"{name:<18} {method:<10} {row.tokens_per_second:>7.1f} {row.spread:>6.0%} "
+                f"{row.speedup_vs_none:>7.2f}x "
                 f"{row.acceptance_rate:>7.0%} {row.mean_k:>6.1f} {same:>5}"
             )
     if not settings.exact:
