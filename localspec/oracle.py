@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from localspec.controller import K_MAX
 from localspec.drafters import NgramDrafter
 from localspec.replay import Machine, Replayed, Trace, verify_outcome
+from localspec.sampling import greedy_accept
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def ceiling(
     cap = k_max if machine.max_verify_batch is None else min(k_max, machine.max_verify_batch - 1)
     runs = {"ngram": _ngram_runs(trace, ngram(), cap)}
     if machine.draft is not None and trace.draft_guess:
-        runs["draft"] = [_matching(trace.draft_guess[i : i + cap], out[i : i + cap]) for i in range(size)]
+        runs["draft"] = [greedy_accept(trace.draft_guess[i : i + cap], out[i : i + cap]) for i in range(size)]
     # best[i][seen]: least seconds to know out[:i] with the draft model having read out[:seen]
     # (seen < 0: it has not read the whole prompt yet; -len(prompt) is "nothing").
     best: list[dict[int, float]] = [{} for _ in range(size + 1)]
@@ -113,18 +114,9 @@ def _ngram_runs(trace: Trace, drafter: NgramDrafter, cap: int) -> list[int]:
     runs = []
     for i, token in enumerate(trace.output):
         proposal = drafter.peek(context, cap).tokens
-        runs.append(_matching(proposal, trace.output[i : i + cap]))
+        runs.append(greedy_accept(proposal, trace.output[i : i + cap]))
         context.append(token)
     return runs
-
-
-def _matching(guess: tuple[int, ...] | list[int], truth: tuple[int, ...]) -> int:
-    n = 0
-    for g, t in zip(guess, truth, strict=False):
-        if g != t:
-            break
-        n += 1
-    return n
 
 
 def _account(seconds: float, end: tuple[int, int], how: dict[tuple[int, int], _Step]) -> Ceiling:
