@@ -59,7 +59,7 @@ def ceiling(
     size = len(out)
     if size < 1:
         raise ValueError("a trace needs at least its first token")
-    cap = k_max if machine.max_verify_batch is None else min(k_max, machine.max_verify_batch - 1)
+    cap = machine.draft_limit(k_max)
     runs = {"ngram": _ngram_runs(trace, ngram(), cap)}
     if machine.draft is not None and trace.draft_guess:
         runs["draft"] = [greedy_accept(trace.draft_guess[i : i + cap], out[i : i + cap]) for i in range(size)]

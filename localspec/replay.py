@@ -69,6 +69,10 @@ class Machine:
     # one fewer. None: no limit (a machine on paper).
     max_verify_batch: int | None = None
 
+    def draft_limit(self, k: int) -> int:
+        """`k`, or fewer: the most a step may draft here, as the engine caps it."""
+        return k if self.max_verify_batch is None else min(k, self.max_verify_batch - 1)
+
 
 @dataclass
 class Replayed:
@@ -179,9 +183,8 @@ def replay(
         drafter, k = policy.choose(StepContext(tokens, 1 << 30, result.steps))
         if charge_policy:
             clock.advance(time.perf_counter() - thinking)
-        k = min(k, len(out) - result.tokens - 1)  # as Generation stops at max_tokens
-        if machine.max_verify_batch is not None:  # and at its largest exact verify batch
-            k = min(k, machine.max_verify_batch - 1)
+        # As Generation stops at max_tokens and at its largest exact verify batch.
+        k = machine.draft_limit(min(k, len(out) - result.tokens - 1))
         draft = _draft(drafter, k, tokens, trace.prompt, started)
         clock.advance(machine.step_overhead + draft.seconds)
         n = len(draft.tokens)

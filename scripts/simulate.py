@@ -266,9 +266,12 @@ def policies(trace: Trace, m: Machine, clock: SimClock) -> dict[str, Callable[[]
         out[f"ngram:{k}"] = lambda k=k: FixedPolicy(NgramDrafter(), k)  # type: ignore[misc]
         out[f"draft:{k}"] = lambda k=k: FixedPolicy(TraceDrafter(trace, m), k)  # type: ignore[misc]
     # As the engine builds it: planning no further than its largest verify batch.
-    k_max = K_MAX if m.max_verify_batch is None else min(K_MAX, m.max_verify_batch - 1)
     out["auto"] = lambda: AutoPolicy(
-        OnlineCosts(m.verify, m.draft), NgramDrafter(2, 8), TraceDrafter(trace, m), k_max=k_max, clock=clock
+        OnlineCosts(m.verify, m.draft),
+        NgramDrafter(2, 8),
+        TraceDrafter(trace, m),
+        k_max=m.draft_limit(K_MAX),
+        clock=clock,
     )
     return out
 
