@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from localspec.auto import AutoPolicy, OnlineCosts
 from localspec.controller import K_MAX, Curve
-from localspec.replay import Machine, Trace
+from localspec.drafters import NgramDrafter
+from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
+from localspec.speculative import FixedPolicy
 
 MS = 1e-3
 # This CPU (llama-bench, 2 threads, Qwen2.5-Coder-1.5B): V(4) ~ 2.5 V(1), V(9) ~ 6.4 V(1).
@@ -37,3 +40,24 @@ def fresh_trace(n: int = 160, draft_hits: float = 0.0) -> Trace:
     guess = [t if hit else -7 for t, hit in zip(output, hits, strict=True)]
     conf = [0.9 if hit else 0.3 for hit in hits]
     return Trace("fresh", tuple(prompt), tuple(output), tuple(guess), tuple(conf))
+
+
+def run_auto(m: Machine, trace: Trace) -> tuple[Replayed, AutoPolicy]:
+    clock = SimClock()
+    draft = TraceDrafter(trace, m) if m.draft is not None else None
+    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), NgramDrafter(2, 8), draft, clock=clock)
+    return replay(trace, policy, m, clock, charge_policy=False), policy
+
+
+def run_fixed(m: Machine, trace: Trace, method: str, k: int) -> Replayed:
+    drafter = {"none": None, "ngram": NgramDrafter(), "draft": None}[method]
+    if method == "draft":
+        drafter = TraceDrafter(trace, m)  # type: ignore[assignment]
+    return replay(trace, FixedPolicy(drafter, k), m, charge_policy=False)
+
+
+def best_fixed(m: Machine, trace: Trace) -> float:
+    methods = ["ngram", "draft"] if m.draft is not None else ["ngram"]
+    speeds = [run_fixed(m, trace, "none", 0).tokens_per_second]
+    speeds += [run_fixed(m, trace, method, k).tokens_per_second for method in methods for k in range(1, 9)]
+    return max(speeds)

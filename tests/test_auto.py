@@ -14,7 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from replaytraces import CPU, GPU, MS, RNG_VOCAB, copy_trace, fresh_trace, machine
+from replaytraces import (
+    CPU,
+    GPU,
+    MS,
+    RNG_VOCAB,
+    best_fixed,
+    copy_trace,
+    fresh_trace,
+    machine,
+    run_auto,
+    run_fixed,
+)
 from scipy import stats
 
 from localspec import speculative
@@ -24,7 +35,7 @@ from localspec.controller import Plan
 from localspec.drafters import Draft, ModelDrafter, NgramDrafter
 from localspec.engine import Engine, EngineConfig
 from localspec.paths import Paths
-from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
+from localspec.replay import Machine, SimClock, Trace, TraceDrafter, replay
 from localspec.speculative import FixedPolicy, Generation, Policy
 from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
 
@@ -36,27 +47,6 @@ class FrozenCosts(OnlineCosts):
 
     def learn(self, step: StepRecord) -> None:
         pass
-
-
-def run_auto(m: Machine, trace: Trace) -> tuple[Replayed, AutoPolicy]:
-    clock = SimClock()
-    draft = TraceDrafter(trace, m) if m.draft is not None else None
-    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), NgramDrafter(2, 8), draft, clock=clock)
-    return replay(trace, policy, m, clock, charge_policy=False), policy
-
-
-def run_fixed(m: Machine, trace: Trace, method: str, k: int) -> Replayed:
-    drafter = {"none": None, "ngram": NgramDrafter(), "draft": None}[method]
-    if method == "draft":
-        drafter = TraceDrafter(trace, m)  # type: ignore[assignment]
-    return replay(trace, FixedPolicy(drafter, k), m, charge_policy=False)
-
-
-def best_fixed(m: Machine, trace: Trace) -> float:
-    methods = ["ngram", "draft"] if m.draft is not None else ["ngram"]
-    speeds = [run_fixed(m, trace, "none", 0).tokens_per_second]
-    speeds += [run_fixed(m, trace, method, k).tokens_per_second for method in methods for k in range(1, 9)]
-    return max(speeds)
 
 
 # --- decisions on replayed runs ------------------------------------------------------------------
