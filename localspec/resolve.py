@@ -9,15 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from localspec.backend import LoadOptions
-from localspec.catalog import load_catalog
-from localspec.engine import EngineConfig
+from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.errors import LocalspecError, ModelFileError
+from localspec.models.catalog import load_catalog
 from localspec.paths import Paths
 from localspec.settings import Settings
 
 if TYPE_CHECKING:
-    from localspec.pickdraft import Choice
+    from localspec.pickdraft.rank import Choice
 
 
 def target_path(settings: Settings, paths: Paths) -> Path:
@@ -51,7 +50,7 @@ def engine_config(settings: Settings, paths: Paths | None = None) -> EngineConfi
     """The EngineConfig generate and bench load with (and serve and chat, given a draft)."""
     paths = paths or Paths.from_env()
     target = target_path(settings, paths)
-    return _config(settings, target, draft_path(settings, paths, target))
+    return _config(settings, paths, target, draft_path(settings, paths, target))
 
 
 def serve_config(
@@ -74,7 +73,7 @@ def serve_config(
         config = engine_config(settings, paths)
         why = exc.message if isinstance(exc, LocalspecError) else f"{type(exc).__name__}: {exc}"
         return config, f"{_loads(config)} — pick-draft failed ({why}); the catalog's pairing applies"
-    config = _config(picked, target, picked.draft)
+    config = _config(picked, paths, target, picked.draft)
     chose = choice.draft.name if choice.draft else choice.method
     expected = f"expected {choice.expected_speedup:.2f}x"
     return config, f"{_loads(config)} — pick-draft chose {chose} ({expected}): {choice.reason}"
@@ -83,7 +82,8 @@ def serve_config(
 def _picked(
     settings: Settings, target: Path, *, vram: int | None, ram: int | None
 ) -> tuple[Settings, Choice]:
-    from localspec.pickdraft import apply_choice, choose, pick_for_machine
+    from localspec.pickdraft.machine import pick_for_machine
+    from localspec.pickdraft.rank import apply_choice, choose
 
     result = pick_for_machine(
         target, n_ctx=settings.n_ctx, kv_type=settings.kv_type, vram=vram, ram=ram, repack=not settings.exact
@@ -100,7 +100,7 @@ def _loads(config: EngineConfig) -> str:
     return f"draft {config.draft.name if config.draft else 'none'}, method {config.method}"
 
 
-def _config(settings: Settings, target: Path, draft: Path | None) -> EngineConfig:
+def _config(settings: Settings, paths: Paths, target: Path, draft: Path | None) -> EngineConfig:
     return EngineConfig(
         target=target,
         draft=draft,
@@ -115,4 +115,6 @@ def _config(settings: Settings, target: Path, draft: Path | None) -> EngineConfi
         ),
         draft_gpu_layers=settings.draft_gpu_layers,
         queue_size=settings.queue_size,
+        cache_dir=paths.cache_dir,
+        derived_dir=paths.derived_models_dir,
     )

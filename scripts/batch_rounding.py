@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.backend import LlamaModel, LoadOptions
-from localspec.bench import load_prompts
+from localspec.engine.bench import load_prompts
+from localspec.engine.config import LoadOptions
+from localspec.engine.llama import LlamaModel
 
 PROMPTS = Path(__file__).resolve().parent / "bench_prompts.json"
 

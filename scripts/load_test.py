@@ -30,7 +30,7 @@ import psutil
 from localspec.client import Client
 from localspec.errors import LocalspecError
 from localspec.paths import Paths
-from localspec.pidfile import daemon_pid, pid_file_for
+from localspec.process.pidfile import daemon_pid, pid_file_for
 from localspec.types import (
     ChatMessage,
     GenerationRequest,
@@ -131,8 +131,8 @@ def worker(
 
 def paired_overhead(client: Client, target: Path, n_ctx: int, rounds: int = 10) -> None:
     """The same requests in-process and through the daemon, alternately: what the API adds."""
-    from localspec.backend import LoadOptions
-    from localspec.engine import Engine, EngineConfig
+    from localspec.engine.config import EngineConfig, LoadOptions
+    from localspec.engine.worker import Engine
     from localspec.settings import load_settings
 
     first_ms: list[float] = []

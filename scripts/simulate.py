@@ -44,13 +44,13 @@ from typing import Any
 
 import numpy as np
 
-from localspec.auto import AutoPolicy, OnlineCosts
-from localspec.backend import EXACT_VERIFY_BATCH
-from localspec.controller import K_MAX, Curve
-from localspec.drafters import NgramDrafter
-from localspec.oracle import ceiling
-from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
-from localspec.speculative import FixedPolicy, Policy
+from localspec.auto.costmodel import K_MAX, Curve
+from localspec.auto.oracle import ceiling
+from localspec.auto.policy import AutoPolicy, OnlineCosts
+from localspec.auto.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
+from localspec.engine.config import EXACT_VERIFY_BATCH
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.speculative import FixedPolicy, Policy
 
 PROMPTS = Path(__file__).resolve().parent / "bench_prompts.json"
 # `none` again at the end shows how much the machine's speed drifted while a prompt ran.
@@ -62,9 +62,10 @@ FIXED_K = range(1, 9)
 
 
 def record(args: argparse.Namespace) -> None:
-    from localspec.backend import LlamaModel, LoadOptions
-    from localspec.bench import load_prompts
-    from localspec.calibrate import DRAFT_SIZES, calibrate
+    from localspec.auto.calibrate import DRAFT_SIZES, calibrate
+    from localspec.engine.bench import load_prompts
+    from localspec.engine.config import LoadOptions
+    from localspec.engine.llama import LlamaModel
     from localspec.paths import Paths
 
     options = LoadOptions(n_ctx=2048, n_threads=args.threads)
@@ -113,9 +114,9 @@ def _write(
 def _measure(
     target: Any, draft: Any, costs: OnlineCosts, text: str, method: str, max_tokens: int
 ) -> dict[str, Any]:
-    from localspec.drafters import ModelDrafter
-    from localspec.prompting import prompt_tokens
-    from localspec.speculative import Generation
+    from localspec.engine.drafters.model import ModelDrafter
+    from localspec.engine.prompting import prompt_tokens
+    from localspec.engine.speculative import Generation
     from localspec.types import ChatMessage, GenerationRequest, SamplingParams
 
     name, _, k_text = method.partition(":")
@@ -164,7 +165,7 @@ def _measure(
 def _trace(target: Any, draft: Any, name: str, text: str, output: Sequence[int]) -> Trace:
     """The draft's guess and confidence at each output position given the true prefix, and the
     target's top-two logit gap there (a near-tie costs a verify one more decode)."""
-    from localspec.prompting import prompt_tokens
+    from localspec.engine.prompting import prompt_tokens
     from localspec.types import ChatMessage, GenerationRequest
 
     prompt = prompt_tokens(target, GenerationRequest(messages=(ChatMessage("user", text),)))
@@ -406,7 +407,7 @@ def main() -> None:
         "--max-verify-batch",
         type=int,
         help="CPU: the engine's largest verify batch (default: as recorded; traces recorded before the "
-        "cap have none: pass 7, backend.EXACT_VERIFY_BATCH)",
+        "cap have none: pass 7, engine.config.EXACT_VERIFY_BATCH)",
     )
     args = parser.parse_args()
     if args.command == "record":

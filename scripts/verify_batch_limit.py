@@ -2,7 +2,7 @@
 
 Runs `none` and then each METHOD:K on each prompt of the bench set (fresh evaluation,
 greedy) and prints, per run, "identical" or the first token where the outputs differ.
-This is how EXACT_VERIFY_BATCH (localspec/backend.py) was found; the engine clamps k to
+This is how EXACT_VERIFY_BATCH (localspec/engine/config.py) was found; the engine clamps k to
 EXACT_VERIFY_BATCH - 1, so pass --no-cap to see what larger verify batches do.
 
     .venv/bin/python scripts/verify_batch_limit.py add_docstrings,prose_explain ngram:6 ngram:7 --no-cap
@@ -14,8 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-from localspec import backend
-from localspec.engine import Engine, EngineConfig
+from localspec.engine import llama as backend
+from localspec.engine.config import EngineConfig
+from localspec.engine.worker import Engine
 from localspec.types import ChatMessage, GenerationRequest, GenerationResult, SpecParams
 
 ROOT = Path(__file__).resolve().parents[1]

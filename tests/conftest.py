@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tinymodels
 
-from localspec.catalog import load_catalog
+from localspec.models.catalog import load_catalog
 from localspec.paths import Paths
 
 # The environment as the session found it, before any test moves LOCALSPEC_HOME:

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from localspec.client import Client
-from localspec.pidfile import listening
+from localspec.process.pidfile import listening
 
 START_TIMEOUT_S = 90.0  # a busy 2-core CI machine imports llama.cpp slowly
 # A greedy chat that the tiny target continues until the context is full (no EOS): a long generation.

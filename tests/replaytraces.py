@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from localspec.auto import AutoPolicy, OnlineCosts
-from localspec.controller import K_MAX, Curve
-from localspec.drafters import NgramDrafter
-from localspec.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
-from localspec.speculative import FixedPolicy
+from localspec.auto.costmodel import K_MAX, Curve
+from localspec.auto.policy import AutoPolicy, OnlineCosts
+from localspec.auto.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.speculative import FixedPolicy
 
 MS = 1e-3
 # This CPU (llama-bench, 2 threads, Qwen2.5-Coder-1.5B): V(4) ~ 2.5 V(1), V(9) ~ 6.4 V(1).

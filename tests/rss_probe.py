@@ -14,9 +14,10 @@ from pathlib import Path
 
 import psutil
 
-from localspec.backend import LlamaModel, LoadOptions
-from localspec.drafters import ModelDrafter
-from localspec.speculative import FixedPolicy, Generation
+from localspec.engine.config import LoadOptions
+from localspec.engine.drafters.model import ModelDrafter
+from localspec.engine.llama import LlamaModel
+from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.types import SamplingParams
 
 PROMPT = "def fibonacci(n):\n    '''Return the n-th Fibonacci number.'''\n"

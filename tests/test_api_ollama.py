@@ -16,8 +16,8 @@ import pytest
 import tinymodels
 from daemonproc import Daemon, start_daemon
 
-from localspec.backend import LoadOptions
-from localspec.engine import Engine, EngineConfig
+from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.worker import Engine
 from localspec.types import GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ import pytest
 from daemonproc import TOKEN, Daemon, start_daemon
 from openai.types.chat import ChatCompletionMessageParam
 
-from localspec.api_schemas import SpeculativeOptions, spec_params
+from localspec.server.schemas import SpeculativeOptions, spec_params
 from localspec.types import SpecParams
 
 pytestmark = pytest.mark.timeout(120)

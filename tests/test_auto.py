@@ -28,15 +28,18 @@ from replaytraces import (
 )
 from scipy import stats
 
-from localspec import speculative
-from localspec.auto import AutoPolicy, OnlineCosts, StepRecord
-from localspec.backend import EXACT_VERIFY_BATCH, LlamaModel, LoadOptions
-from localspec.controller import Plan
-from localspec.drafters import Draft, ModelDrafter, NgramDrafter
-from localspec.engine import Engine, EngineConfig
+from localspec.auto.costmodel import Plan
+from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
+from localspec.auto.replay import Machine, SimClock, Trace, TraceDrafter, replay
+from localspec.engine import speculative
+from localspec.engine.config import EXACT_VERIFY_BATCH, EngineConfig, LoadOptions
+from localspec.engine.drafters.base import Draft
+from localspec.engine.drafters.model import ModelDrafter
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.llama import LlamaModel
+from localspec.engine.speculative import FixedPolicy, Generation, Policy
+from localspec.engine.worker import Engine
 from localspec.paths import Paths
-from localspec.replay import Machine, SimClock, Trace, TraceDrafter, replay
-from localspec.speculative import FixedPolicy, Generation, Policy
 from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
 
 TINY = LoadOptions(n_ctx=1024, n_threads=1)
@@ -403,8 +406,10 @@ def run(engine: Engine, prompt: str, method: Method, k: int | None = None, **kw:
 def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draft(
     tiny_target: Path, tiny_useless_draft: Path
 ) -> None:
-    calibration = Paths.from_env().cache_dir / "calibration"
-    with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
+    cache = Paths.from_env().cache_dir
+    calibration = cache / "calibration"
+    config = EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY, cache_dir=cache)
+    with Engine(config) as engine:
         engine.wait_ready()
         files = sorted(calibration.glob("*.json"))
         assert len(files) == 2  # target and draft, measured at load
@@ -419,7 +424,7 @@ def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draf
                 steps[name] = steps.get(name, 0) + n
         assert steps["none"] >= 0.85 * sum(steps.values())
     # The busy-machine guard stays quiet: a tiny model's whole token is far under its minimum.
-    with Engine(EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY)) as engine:
+    with Engine(config) as engine:
         engine.wait_ready()
         assert [f.stat().st_mtime_ns for f in sorted(calibration.glob("*.json"))] == stamps
 
@@ -448,8 +453,11 @@ def test_engine_auto_takes_the_request_k_as_a_cap(tiny_target: Path, tiny_perfec
 def test_engine_with_a_fixed_default_method_calibrates_on_the_first_auto_request(
     tiny_target: Path, tiny_perfect_draft: Path
 ) -> None:
-    calibration = Paths.from_env().cache_dir / "calibration"
-    config = EngineConfig(target=tiny_target, draft=tiny_perfect_draft, method="none", load=TINY)
+    cache = Paths.from_env().cache_dir
+    calibration = cache / "calibration"
+    config = EngineConfig(
+        target=tiny_target, draft=tiny_perfect_draft, method="none", load=TINY, cache_dir=cache
+    )
     with Engine(config) as engine:
         engine.wait_ready()
         assert not calibration.exists()

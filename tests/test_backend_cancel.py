@@ -13,9 +13,10 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from localspec.backend import LlamaModel, LoadOptions
+from localspec.engine.config import LoadOptions
+from localspec.engine.llama import LlamaModel
+from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.errors import RequestCancelledError
-from localspec.speculative import FixedPolicy, Generation
 from localspec.types import GenerationResult, SamplingParams, TokenChunk
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from localspec.backend import LoadOptions
-from localspec.bench import run_bench
-from localspec.engine import Engine, EngineConfig
+from localspec.engine.bench import run_bench
+from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.worker import Engine
 from localspec.types import GenerationRequest, GenerationResult
 
 TINY = LoadOptions(n_ctx=512, n_threads=1)

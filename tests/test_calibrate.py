@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from localspec import calibrate as cal
-from localspec.backend import LlamaModel, LoadOptions
+from localspec.auto import calibrate as cal
+from localspec.auto.costmodel import K_MAX, Curve
 from localspec.cli import cli
-from localspec.controller import K_MAX, Curve
+from localspec.engine.config import LoadOptions
+from localspec.engine.llama import LlamaModel
 
 TINY = LoadOptions(n_ctx=256, n_threads=1)
 

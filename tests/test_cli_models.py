@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from test_gguf_info import shared_cache
 
 from localspec.cli import cli
-from localspec.gguf_info import read_gguf_info
+from localspec.models.gguf_info import read_gguf_info
 
 
 def run(*args: str) -> Result:

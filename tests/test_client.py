@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from daemonproc import TOKEN, Daemon, start_daemon, wait_for_metric
 
-from localspec.backend import LoadOptions
 from localspec.client import Client
-from localspec.engine import Engine, EngineConfig
+from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.worker import Engine
 from localspec.errors import DaemonError, ModelNotFoundError, UserInputError
 from localspec.types import (
     ChatMessage,

@@ -10,7 +10,8 @@ import pytest
 import tinymodels
 from test_gguf_info import shared_cache
 
-from localspec.compat import (
+from localspec.errors import TokenizerMismatchError
+from localspec.models.compat import (
     SPEC_VOCAB_MAX_SIZE_DIFFERENCE,
     CompatResult,
     Vocab,
@@ -18,8 +19,7 @@ from localspec.compat import (
     compare_vocabs,
     vocab_of,
 )
-from localspec.errors import TokenizerMismatchError
-from localspec.gguf_info import GGUFInfo, read_gguf_info
+from localspec.models.gguf_info import GGUFInfo, read_gguf_info
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from localspec.controller import (
+from localspec.auto.costmodel import (
     K_MAX,
     ConfidenceMap,
     Curve,

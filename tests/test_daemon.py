@@ -24,7 +24,7 @@ from daemonproc import (
     wait_ready,
 )
 
-from localspec.catalog import load_catalog
+from localspec.models.catalog import load_catalog
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from localspec.devices import (
+from localspec.errors import UserInputError
+from localspec.pickdraft.devices import (
     GIB,
     MIB,
     apple,
@@ -26,7 +27,6 @@ from localspec.devices import (
     parse_size,
     with_overrides,
 )
-from localspec.errors import UserInputError
 
 
 @pytest.mark.parametrize(

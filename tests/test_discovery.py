@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tinymodels
 
-from localspec.discovery import Discovery, discover, find_candidates
+from localspec.models.discovery import Discovery, discover, find_candidates
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.backend import LlamaModel, LoadOptions
-from localspec.drafters import Draft
-from localspec.engine import Engine, EngineConfig
+from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.drafters.base import Draft
+from localspec.engine.llama import LlamaModel
+from localspec.engine.speculative import FixedPolicy, Generation
+from localspec.engine.worker import Engine
 from localspec.errors import ContextOverflowError
-from localspec.speculative import FixedPolicy, Generation
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
 
 PROMPTS = [
@@ -307,7 +308,7 @@ class _FailingDrafter:
     name = "draft"
 
     def __init__(self, model: LlamaModel) -> None:
-        from localspec.drafters import ModelDrafter
+        from localspec.engine.drafters.model import ModelDrafter
 
         self.inner = ModelDrafter(model)
         self.calls = 0

@@ -14,7 +14,7 @@ import pytest
 import tinymodels
 
 from localspec.errors import ModelFileError, UnsupportedModelError
-from localspec.gguf_info import GGUFInfo, llama_cpp_knows, read_gguf_info, read_tokens
+from localspec.models.gguf_info import GGUFInfo, llama_cpp_knows, read_gguf_info, read_tokens
 
 
 def shared_cache(factory: pytest.TempPathFactory) -> Path:
@@ -301,7 +301,7 @@ def test_second_scan_of_the_real_models_is_fast(
 
 
 def test_header_reader_agrees_with_gguf_reader(tmp_path: Path) -> None:
-    from localspec.gguf_header import SMALL_ARRAY, read_header
+    from localspec.models.gguf_header import SMALL_ARRAY, read_header
 
     path = tinymodels.write_tiny_model(tmp_path / "m.gguf", dtype="q8_0", per_layer_arrays=True)
     header = read_header(path)

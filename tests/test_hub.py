@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from localspec.cli import cli
 from localspec.cli.models import format_bytes, format_params
 from localspec.errors import DownloadError, UserInputError
-from localspec.gguf_info import read_gguf_info
-from localspec.hub import choose_gguf, parse_spec, pull
+from localspec.models.gguf_info import read_gguf_info
+from localspec.models.hub import choose_gguf, parse_spec, pull
 
 COMMIT = "a" * 40
 REPO = "acme/Tiny-GGUF"

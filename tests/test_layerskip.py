@@ -13,7 +13,7 @@ import pytest
 import tinymodels
 
 from localspec.errors import ModelFileError, UserInputError
-from localspec.layerskip import default_keep, derive_layerskip_draft
+from localspec.models.layerskip import default_keep, derive_layerskip_draft
 
 PROMPTS = ("the model is", "def main(self):", "hello world", "we write a test", "import numpy as np")
 

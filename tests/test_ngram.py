@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.ngram import NgramIndex
+from localspec.engine.drafters.ngram import NgramIndex
 
 
 def test_proposes_what_followed_the_latest_match() -> None:

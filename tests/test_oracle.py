@@ -7,11 +7,12 @@ import dataclasses
 import pytest
 from replaytraces import CPU, GPU, best_fixed, copy_trace, fresh_trace, machine, run_auto
 
-from localspec.controller import K_MAX
-from localspec.drafters import Drafter, NgramDrafter
-from localspec.oracle import ceiling
-from localspec.replay import Machine, Trace, TraceDrafter, replay
-from localspec.speculative import NEAR_TIE, FixedPolicy, StepContext, StepOutcome
+from localspec.auto.costmodel import K_MAX
+from localspec.auto.oracle import ceiling
+from localspec.auto.replay import Machine, Trace, TraceDrafter, replay
+from localspec.engine.drafters.base import Drafter
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.speculative import NEAR_TIE, FixedPolicy, StepContext, StepOutcome
 
 
 class Scripted:

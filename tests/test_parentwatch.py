@@ -15,8 +15,8 @@ import psutil
 import pytest
 from daemonproc import listening
 
-from localspec.parentwatch import PARENT_PID_ENV, parent_gone, watch_parent
-from localspec.pidfile import pid_file_for
+from localspec.process.parentwatch import PARENT_PID_ENV, parent_gone, watch_parent
+from localspec.process.pidfile import pid_file_for
 
 pytestmark = pytest.mark.timeout(120)
 

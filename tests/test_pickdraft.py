@@ -17,13 +17,13 @@ import tinymodels
 from click.testing import CliRunner, Result
 from test_gguf_info import shared_cache
 
+from localspec.auto.costmodel import Curve
 from localspec.cli import cli
-from localspec.controller import Curve
-from localspec.devices import GIB, cpu_only, nvidia
 from localspec.paths import Paths
-from localspec.pickdraft import PickResult, pick_draft
-from localspec.pickdraft_cost import estimate, ngram_estimate
-from localspec.pickdraft_measure import ProbeCounts, measure
+from localspec.pickdraft.cost import estimate, ngram_estimate
+from localspec.pickdraft.devices import GIB, cpu_only, nvidia
+from localspec.pickdraft.measure import ProbeCounts, measure
+from localspec.pickdraft.rank import PickResult, pick_draft
 from localspec.settings import load_settings
 
 
@@ -67,7 +67,7 @@ def real_models(
     """The four real models linked into the test's models folder, with the session's warm header cache."""
     models = Path(env["LOCALSPEC_MODELS"])
     cache = shared_cache(tmp_path_factory)
-    from localspec.gguf_info import read_gguf_info, read_tokens
+    from localspec.models.gguf_info import read_gguf_info, read_tokens
 
     for path in (qwen_target, qwen_draft, gemma, smollm):
         (models / path.name).symlink_to(path)
@@ -323,7 +323,7 @@ def test_cli_refuses_a_machine_too_small_with_the_numbers(isolated: Path, tiny_t
 
 
 def test_apply_choice_fills_only_what_was_not_given(tiny_target: Path, tiny_perfect_draft: Path) -> None:
-    from localspec.pickdraft import Choice, apply_choice
+    from localspec.pickdraft.rank import Choice, apply_choice
 
     choice = Choice("draft", tiny_perfect_draft, 3, -1, -1, 4096, 1.5, "why")
     default_k = load_settings().k

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from test_gguf_info import shared_cache
 
-from localspec.backend import LoadOptions
-from localspec.devices import GIB, MIB, DeviceMemory, apple, cpu_only, nvidia
-from localspec.gguf_info import read_gguf_info
-from localspec.planner import (
+from localspec.engine.config import LoadOptions
+from localspec.models.gguf_info import read_gguf_info
+from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, apple, cpu_only, nvidia
+from localspec.pickdraft.memplan import (
     CTX_STEP,
     GPU_RESERVE,
     LoadSpec,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from localspec.backend import EXACT_VERIFY_BATCH, LoadOptions
-from localspec.engine import Engine, EngineConfig
+from localspec.engine.config import EXACT_VERIFY_BATCH, EngineConfig, LoadOptions
+from localspec.engine.worker import Engine
 from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Method, SpecParams
 
 BENCH_PROMPTS: dict[str, str] = json.loads(

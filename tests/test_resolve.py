@@ -13,10 +13,10 @@ from typing import TypedDict
 import pytest
 import tinymodels
 
-from localspec.catalog import load_catalog
-from localspec.daemon import daemon_config
-from localspec.devices import GIB
+from localspec.models.catalog import load_catalog
+from localspec.pickdraft.devices import GIB
 from localspec.resolve import engine_config, serve_config
+from localspec.server.daemon import daemon_config
 from localspec.settings import load_settings
 
 

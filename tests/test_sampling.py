@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.sampling import greedy_accept, probabilities, rejection_sample, sample
+from localspec.engine.sampling import greedy_accept, probabilities, rejection_sample, sample
 from localspec.types import SamplingParams
 
 

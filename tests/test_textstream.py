@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localspec.textstream import TextStream
+from localspec.engine.textstream import TextStream
 
 
 def test_multibyte_characters_are_never_split() -> None:

@@ -22,8 +22,8 @@ ALLOWED = {
     "localspec.errors",
     "localspec.settings",
     "localspec.paths",
-    "localspec.pidfile",
-    "localspec.parentwatch",
+    "localspec.process.pidfile",
+    "localspec.process.parentwatch",
     "localspec.atomicfile",
 }
 

@@ -21,9 +21,9 @@ import psutil
 
 from localspec.client import Client, Health
 from localspec.errors import DaemonError
-from localspec.parentwatch import PARENT_PID_ENV
 from localspec.paths import Paths
-from localspec.pidfile import daemon_pid, listening, pid_file_for
+from localspec.process.parentwatch import PARENT_PID_ENV
+from localspec.process.pidfile import daemon_pid, listening, pid_file_for
 from localspec.settings import Settings
 
 STOP_TIMEOUT_S = 10.0

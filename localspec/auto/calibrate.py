@@ -27,8 +27,9 @@ from typing import Any
 import llama_cpp
 
 from localspec.atomicfile import write_text_atomic
-from localspec.backend import LlamaModel, LoadOptions, default_threads, gpu_offload_supported
-from localspec.controller import K_MAX, Curve
+from localspec.auto.costmodel import K_MAX, Curve
+from localspec.engine.config import LoadOptions, default_threads
+from localspec.engine.llama import LlamaModel, gpu_offload_supported
 
 # Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in
 # blocks of 4 rows, so on this machine V(4) < V(3), V(8) < V(7) and V(16) < V(15) (measured).

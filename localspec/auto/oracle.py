@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from localspec.controller import K_MAX
-from localspec.drafters import NgramDrafter
-from localspec.replay import Machine, Replayed, Trace, verify_outcome
-from localspec.sampling import greedy_accept
+from localspec.auto.costmodel import K_MAX
+from localspec.auto.replay import Machine, Replayed, Trace, verify_outcome
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.sampling import greedy_accept
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from localspec.controller import (
+from localspec.auto.costmodel import (
     DRAFT_PRIOR,
     K_MAX,
     NGRAM_CONTINUE_PRIOR,
@@ -39,8 +39,9 @@ from localspec.controller import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from localspec.drafters import Draft, KeepFn, NgramDrafter
-    from localspec.speculative import StepContext, StepOutcome
+    from localspec.engine.drafters.base import Draft, KeepFn
+    from localspec.engine.drafters.ngram import NgramDrafter
+    from localspec.engine.speculative import StepContext, StepOutcome
     from localspec.types import SamplingParams
 
 # Weight of the newest step in the online cost corrections.

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from localspec.controller import Curve
-from localspec.drafters import Draft, Drafter, KeepFn, common_prefix
-from localspec.speculative import NEAR_TIE, Policy, StepContext, StepOutcome
+from localspec.auto.costmodel import Curve
+from localspec.engine.drafters.base import Draft, Drafter, KeepFn, common_prefix
+from localspec.engine.speculative import NEAR_TIE, Policy, StepContext, StepOutcome
 from localspec.types import SamplingParams
 
 _GREEDY = SamplingParams()

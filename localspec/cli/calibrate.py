@@ -34,9 +34,10 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
     """
     from dataclasses import replace
 
-    from localspec.backend import LlamaModel, LoadOptions
-    from localspec.calibrate import DRAFT_SIZES, SIZES
-    from localspec.calibrate import calibrate as run_calibration
+    from localspec.auto.calibrate import DRAFT_SIZES, SIZES
+    from localspec.auto.calibrate import calibrate as run_calibration
+    from localspec.engine.config import LoadOptions
+    from localspec.engine.llama import LlamaModel
     from localspec.paths import Paths
     from localspec.resolve import draft_path, target_path
     from localspec.settings import load_settings
@@ -93,7 +94,7 @@ def _progress(progress: LoadProgress | None, what: str) -> Callable[[float], Non
 
 def _break_even(report: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     """The acceptance each drafter needs, at each k, to match plain decoding (None: it never can)."""
-    from localspec.controller import Curve, StepCost, break_even
+    from localspec.auto.costmodel import Curve, StepCost, break_even
 
     verify = Curve(tuple(report["target"]["seconds"]))
     costs = {"ngram": StepCost(verify)}

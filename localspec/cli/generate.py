@@ -55,7 +55,7 @@ def generate(prompt: str, **kwargs: Any) -> None:
 
 
 def _local(settings: Any, request: GenerationRequest, echo: Any) -> GenerationResult:
-    from localspec.engine import Engine
+    from localspec.engine.worker import Engine
     from localspec.resolve import engine_config
 
     with Engine(engine_config(settings), progress=LoadProgress()) as engine:
@@ -157,8 +157,8 @@ def bench(
     prompts_file: Path, max_tokens: int, methods: str, repeat: int, as_json: bool, **kwargs: Any
 ) -> None:
     """Run every method on every prompt (greedy) and compare speed and output with `none`."""
-    from localspec.bench import load_prompts, report_json, run_bench
-    from localspec.engine import Engine
+    from localspec.engine.bench import load_prompts, report_json, run_bench
+    from localspec.engine.worker import Engine
     from localspec.resolve import engine_config
     from localspec.settings import load_settings
 

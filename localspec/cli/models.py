@@ -12,8 +12,8 @@ import click
 from localspec.cli.app import cli
 
 if TYPE_CHECKING:
-    from localspec.discovery import FoundModel
-    from localspec.gguf_info import GGUFInfo
+    from localspec.models.discovery import FoundModel
+    from localspec.models.gguf_info import GGUFInfo
 
 FINGERPRINT_SHORT = 8
 
@@ -29,7 +29,7 @@ FINGERPRINT_SHORT = 8
 )
 def models_command(as_json: bool, search_paths: Sequence[Path]) -> None:
     """List the GGUF models found here: the models folder, Hugging Face, LM Studio and Ollama."""
-    from localspec.discovery import discover
+    from localspec.models.discovery import discover
 
     found = discover(search_paths)
     for skip in found.skipped:
@@ -76,7 +76,7 @@ def _table(rows: Sequence[Sequence[str]]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print every field as JSON.")
 def inspect_command(file: Path, as_json: bool) -> None:
     """Show what a GGUF file's header says: architecture, sizes, tokenizer, chat template."""
-    from localspec.gguf_info import read_gguf_info
+    from localspec.models.gguf_info import read_gguf_info
 
     info = read_gguf_info(file)
     if as_json:
@@ -137,8 +137,8 @@ def _template(template: str | None) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def pull_command(spec: str, revision: str, dest: Path | None, quiet: bool) -> None:
     """Download a GGUF from the Hugging Face Hub (the Q4_K_M file when no FILE is named)."""
-    from localspec.gguf_info import read_gguf_info
-    from localspec.hub import parse_spec, pull
+    from localspec.models.gguf_info import read_gguf_info
+    from localspec.models.hub import parse_spec, pull
 
     repo, filename = parse_spec(spec)
     path = pull(repo, filename, dest, progress=not quiet, revision=revision)

@@ -13,7 +13,7 @@ import click
 from localspec.cli.app import cli
 
 if TYPE_CHECKING:
-    from localspec.pickdraft import Candidate, PickResult
+    from localspec.pickdraft.rank import Candidate, PickResult
 
 KV_TYPES = ("f16", "q8_0", "q4_0")
 
@@ -59,9 +59,9 @@ def pick_draft_command(
     (ngram, layerskip) and none; known drafts from the catalog when nothing local fits.
     Speed comes from a cost model (or, with --measure, from this machine).
     """
-    from localspec.devices import parse_size
     from localspec.paths import Paths
-    from localspec.pickdraft import pick_for_machine
+    from localspec.pickdraft.devices import parse_size
+    from localspec.pickdraft.machine import pick_for_machine
     from localspec.resolve import target_path
     from localspec.settings import load_settings, save_settings
 
@@ -89,7 +89,7 @@ def pick_draft_command(
 
 
 def _measured(result: PickResult, *, quiet: bool) -> PickResult:
-    from localspec.pickdraft_measure import measure
+    from localspec.pickdraft.measure import measure
 
     if quiet:
         return measure(result)

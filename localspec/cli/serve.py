@@ -67,7 +67,7 @@ def serve_command(
     Logs go to stderr. SIGTERM or Ctrl-C stops it cleanly. Unset options come from
     LOCALSPEC_* variables and config.toml; without --target, the catalog's default model.
     """
-    from localspec.daemon import daemon_config, run
+    from localspec.server.daemon import daemon_config, run
     from localspec.settings import load_settings
 
     settings = load_settings(
@@ -119,7 +119,7 @@ def _status_lines(health: Health, pid: int | None, socket_path: Path) -> list[st
 def status_command(socket_path: Path | None, as_json: bool) -> None:
     """Show whether the daemon runs, what it serves and for how long."""
     from localspec.client import Client, Health
-    from localspec.pidfile import daemon_pid, pid_file_for
+    from localspec.process.pidfile import daemon_pid, pid_file_for
 
     path = _socket_for(socket_path)
     pid = daemon_pid(pid_file_for(path))
@@ -134,7 +134,7 @@ def status_command(socket_path: Path | None, as_json: bool) -> None:
 
 def _wait_for_pid(pid_file: Path) -> int | None:
     """The daemon's pid; a daemon that has just taken the lock writes its pid a moment later."""
-    from localspec.pidfile import daemon_pid
+    from localspec.process.pidfile import daemon_pid
 
     deadline = time.monotonic() + 2.0
     while (pid := daemon_pid(pid_file)) == 0 and time.monotonic() < deadline:
@@ -150,7 +150,7 @@ def _wait_for_pid(pid_file: Path) -> int | None:
 def stop_command(socket_path: Path | None, timeout: float) -> None:
     """Stop the running daemon (SIGTERM) and wait until it has exited."""
     from localspec.errors import DaemonError
-    from localspec.pidfile import daemon_pid, pid_file_for
+    from localspec.process.pidfile import daemon_pid, pid_file_for
 
     path = _socket_for(socket_path)
     pid_file = pid_file_for(path)

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from localspec.client.streamabort import StreamAbort
 from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError, OverloadedError, UserInputError
-from localspec.streamabort import StreamAbort
 from localspec.types import (
     ChatMessage,
     FinishReason,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from localspec.engine import Engine
+from localspec.engine.worker import Engine
 from localspec.errors import UserInputError
 from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Method, SpecParams
 

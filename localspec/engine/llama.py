@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
@@ -21,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp import _logger as llama_logger
 
+from localspec.engine.config import EXACT_VERIFY_BATCH, LoadOptions, default_threads
 from localspec.errors import (
     ContextOverflowError,
     LocalspecError,
@@ -65,39 +65,6 @@ def gpu_offload_supported() -> bool:
     """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, ...)."""
     _init_backend()
     return bool(llama_cpp.llama_supports_gpu_offload())
-
-
-def default_threads() -> int:
-    import psutil
-
-    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """How to load one model. gpu_layers: None = all when offload is supported, -1 = all, 0 = CPU.
-
-    batch_invariant (on by default) turns off weight repacking and forces flash attention, which
-    makes small batched verifies round like one-token decoding on the CPU (scripts/batch_rounding.py).
-    With repacking on, greedy speculative output differed from the target alone on 4 of the 8
-    bench prompts on Qwen2.5-Coder-1.5B; with it off, on none. Off (`--fast`), verifies batch
-    better and output is identical only up to float rounding, as in llama.cpp's own speculation.
-    """
-
-    n_ctx: int = 4096
-    n_threads: int | None = None
-    gpu_layers: int | None = None
-    kv_type: str = "f16"
-    n_batch: int = 512
-    batch_invariant: bool = True
-
-
-# The largest batch that rounds exactly like one-token decoding with batch_invariant loading on the
-# CPU (llama.cpp as vendored by llama-cpp-python 0.3.36, Q4_K_M weights). Measured on the Qwen2.5-Coder
-# pair: fixed n-gram drafting with k <= 6 (verify batches of <= 7) stayed token-identical to the target
-# alone on all 8 bench prompts at 128 tokens; k = 7 and 8 (batches of 8, 9) diverged on two of them, at
-# tokens 15 and 50, at positions the near-tie re-decide does not catch. See docs/benchmarks.md.
-EXACT_VERIFY_BATCH = 7
 
 
 def _cancelled(done: int, total: int) -> RequestCancelledError:

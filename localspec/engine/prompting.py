@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from localspec.backend import LlamaModel
+from localspec.engine.llama import LlamaModel
 from localspec.errors import UserInputError
 from localspec.types import ChatMessage, GenerationRequest
 

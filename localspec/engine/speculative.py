@@ -22,11 +22,11 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from localspec.backend import LlamaModel
-from localspec.drafters import Draft, Drafter
+from localspec.engine.drafters.base import Draft, Drafter
+from localspec.engine.llama import LlamaModel
+from localspec.engine.sampling import greedy_accept, probabilities, rejection_sample, sample
+from localspec.engine.textstream import TextStream
 from localspec.errors import ContextOverflowError, RequestCancelledError
-from localspec.sampling import greedy_accept, probabilities, rejection_sample, sample
-from localspec.textstream import TextStream
 from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
 
 # Logit gap under which a batched verify's argmax is re-decided by a single-token decode.

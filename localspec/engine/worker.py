@@ -11,42 +11,31 @@ from __future__ import annotations
 
 import logging
 import queue
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from localspec.backend import LlamaModel, LoadOptions, gpu_offload_supported
-from localspec.drafters import DRAFT_MIN_CONFIDENCE, Drafter, ModelDrafter, NgramDrafter, common_prefix
+from localspec.engine.config import EngineConfig
+from localspec.engine.drafters.base import Drafter, common_prefix
+from localspec.engine.drafters.model import ModelDrafter
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.llama import LlamaModel, gpu_offload_supported
+from localspec.engine.prompting import prompt_tokens
+from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.errors import LocalspecError, OverloadedError
-from localspec.prompting import prompt_tokens
-from localspec.speculative import FixedPolicy, Generation, Policy
-from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, Method, SpecParams, TokenChunk
+from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
 if TYPE_CHECKING:
-    from localspec.auto import AutoPolicy, OnlineCosts
+    from localspec.auto.policy import AutoPolicy, OnlineCosts
 
 log = logging.getLogger("localspec.engine")
 
 Status = Literal["loading", "ready", "failed", "closed"]
 ProgressFn = Callable[[str, float], None]
 Event = TokenChunk | GenerationResult | LocalspecError
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """What to load and how. Built once at the edge (CLI, daemon) from Settings."""
-
-    target: Path
-    draft: Path | None = None
-    method: Method = "auto"
-    k: int | None = None  # None: each method's default (SpecParams)
-    load: LoadOptions = field(default_factory=LoadOptions)
-    draft_gpu_layers: int | None = None
-    queue_size: int = 16
-    # Fixed draft/layerskip methods stop drafting below this top probability (auto decides for itself).
-    draft_min_confidence: float = DRAFT_MIN_CONFIDENCE
 
 
 @dataclass
@@ -111,6 +100,7 @@ class Engine:
         self._kv_tokens: list[int] = []  # what the target's KV cache holds, position by position
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -146,6 +136,8 @@ class Engine:
             self._drain()
             self._jobs.put(None)
             self._thread.join()
+        if self._scratch is not None:
+            self._scratch.cleanup()
         self.info.status = "closed"
 
     def __enter__(self) -> Engine:
@@ -153,6 +145,14 @@ class Engine:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    def _folder(self, given: Path | None, name: str) -> Path:
+        """A folder the config names, else one inside this engine's private temporary folder."""
+        if given is not None:
+            return given
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="localspec-engine-")
+        return Path(self._scratch.name) / name
 
     def _drain(self) -> None:
         while True:
@@ -197,11 +197,10 @@ class Engine:
             self._calibrated()  # at load, so the first request does not wait for it
 
     def _load_draft(self, path: Path) -> None:
-        from localspec.compat import check_compat
-        from localspec.gguf_info import read_gguf_info
-        from localspec.paths import Paths
+        from localspec.models.compat import check_compat
+        from localspec.models.gguf_info import read_gguf_info
 
-        cache = Paths.from_env().cache_dir
+        cache = self._folder(self.config.cache_dir, "cache")
         try:
             target_info = read_gguf_info(self.config.target, cache_dir=cache)
             draft_info = read_gguf_info(path, cache_dir=cache)
@@ -219,10 +218,10 @@ class Engine:
 
     def _layerskip(self) -> Drafter:
         if "layerskip" not in self._drafters:
-            from localspec.layerskip import derive_layerskip_draft
-            from localspec.paths import Paths
+            from localspec.models.layerskip import derive_layerskip_draft
 
-            path = derive_layerskip_draft(self.config.target, cache_dir=Paths.from_env().derived_models_dir)
+            derived = self._folder(self.config.derived_dir, "derived")
+            path = derive_layerskip_draft(self.config.target, cache_dir=derived)
             options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
             model = LlamaModel(path, options, self._report("layerskip draft"))
             self._drafters["layerskip"] = ModelDrafter(model, "layerskip", self.config.draft_min_confidence)
@@ -302,8 +301,8 @@ class Engine:
         return FixedPolicy(drafter, k), method, k, None
 
     def _auto_policy(self, k: int | None) -> AutoPolicy:
-        from localspec.auto import AutoPolicy
-        from localspec.controller import K_MAX
+        from localspec.auto.costmodel import K_MAX
+        from localspec.auto.policy import AutoPolicy
 
         draft = self._drafters.get("draft")
         # Its own n-gram index, matching up to 8 tokens: the match length is the evidence auto weighs.
@@ -322,13 +321,12 @@ class Engine:
     def _calibrated(self) -> OnlineCosts:
         """The target's and draft's decode curves, measured once per machine (cached on disk)."""
         if self._auto_costs is None:
-            from localspec.auto import OnlineCosts
-            from localspec.calibrate import DRAFT_SIZES, calibrate
-            from localspec.controller import Curve
-            from localspec.paths import Paths
+            from localspec.auto.calibrate import DRAFT_SIZES, calibrate
+            from localspec.auto.costmodel import Curve
+            from localspec.auto.policy import OnlineCosts
 
             assert self._target is not None
-            cache = Paths.from_env().cache_dir
+            cache = self._folder(self.config.cache_dir, "cache")
             draft = self._drafters.get("draft")
             try:
                 verify = calibrate(self._target, cache, progress=self._report("calibration")).curve

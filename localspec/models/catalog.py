@@ -52,8 +52,8 @@ class Catalog:
 
 def catalog_path() -> Path:
     here = Path(__file__).resolve().parent
-    packaged = here / "catalog.toml"
-    return packaged if packaged.is_file() else here.parent / "models" / "catalog.toml"
+    packaged = here / "catalog.toml"  # a wheel carries it beside this module (pyproject's force-include)
+    return packaged if packaged.is_file() else here.parents[1] / "models" / "catalog.toml"
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.errors import TokenizerMismatchError
-from localspec.gguf_info import GGUFInfo, llama_vocab_type, read_tokens
+from localspec.models.gguf_info import GGUFInfo, llama_vocab_type, read_tokens
 
 # Named as in llama.cpp's common/speculative.cpp.
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from localspec.errors import LocalspecError
-from localspec.gguf_info import GGUFInfo, read_gguf_info
+from localspec.models.gguf_info import GGUFInfo, read_gguf_info
 from localspec.paths import Paths
 
 Source = Literal["models", "search-path", "huggingface", "lmstudio", "ollama"]

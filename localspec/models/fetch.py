@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from localspec.catalog import Catalog, CatalogModel, PypiSource, load_catalog
+from localspec.models.catalog import Catalog, CatalogModel, PypiSource, load_catalog
 from localspec.errors import ChecksumError, DownloadError, LocalspecError
 from localspec.paths import Paths
 

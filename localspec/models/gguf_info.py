@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import ModelFileError, UnsupportedModelError
-from localspec.gguf_cache import GGUFCache, cache_key
-from localspec.gguf_header import TensorEntry, ggml_type_name, read_header
+from localspec.models.gguf_cache import GGUFCache, cache_key
+from localspec.models.gguf_header import TensorEntry, ggml_type_name, read_header
 from localspec.paths import Paths
 
 GGUF_MAGIC = b"GGUF"

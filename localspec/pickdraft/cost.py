@@ -1,7 +1,7 @@
 """pick-draft's cost model: what a drafted token and a verify cost in target tokens, before measuring.
 
 The step arithmetic (expected tokens, the best k) is the auto controller's
-(`controller`); this module only supplies its inputs for a machine pick-draft has
+(`auto.costmodel`); this module only supplies its inputs for a machine pick-draft has
 not measured, from the memory plan:
 
 - a token costs what the model reads per token (every block and the output head)
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from localspec.controller import (
+from localspec.auto.costmodel import (
     DRAFT_PRIOR,
     NGRAM_PRIOR_BY_LENGTH,
     Curve,
@@ -33,11 +33,11 @@ from localspec.controller import (
     best_k,
     expected_tokens,
 )
-from localspec.devices import MIB
-from localspec.planner import MemoryPlan, ModelShape
+from localspec.pickdraft.devices import MIB
+from localspec.pickdraft.memplan import MemoryPlan, ModelShape
 
 # Drafts stop at 6 tokens: verify batches of more than 7 positions do not round like one-token
-# decoding (backend.EXACT_VERIFY_BATCH), so the engine never runs them.
+# decoding (engine.config.EXACT_VERIFY_BATCH), so the engine never runs them.
 K_MAX = 6
 CPU_VERIFY_SLOPE = 0.4
 REPACKED_CPU_VERIFY_SLOPE = 0.2

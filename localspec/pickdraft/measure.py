@@ -13,15 +13,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from localspec.backend import LlamaModel, LoadOptions
-from localspec.calibrate import calibrate
-from localspec.controller import Curve
-from localspec.drafters import Drafter, ModelDrafter, NgramDrafter
+from localspec.auto.calibrate import calibrate
+from localspec.auto.costmodel import Curve
+from localspec.engine.config import LoadOptions
+from localspec.engine.drafters.base import Drafter
+from localspec.engine.drafters.model import ModelDrafter
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.llama import LlamaModel
+from localspec.engine.prompting import prompt_tokens
+from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.paths import Paths
-from localspec.pickdraft import Candidate, PickResult, choose, describe, rank_key
-from localspec.pickdraft_cost import Estimate, estimate, ngram_estimate
-from localspec.prompting import prompt_tokens
-from localspec.speculative import FixedPolicy, Generation
+from localspec.pickdraft.cost import Estimate, estimate, ngram_estimate
+from localspec.pickdraft.rank import Candidate, PickResult, choose, describe, rank_key
 from localspec.types import ChatMessage, GenerationRequest, SamplingParams
 
 ProgressFn = Callable[[str, float], None]
@@ -142,7 +145,7 @@ def _measure_one(
 
 
 def _layerskip_file(target: Path) -> Path:
-    from localspec.layerskip import derive_layerskip_draft
+    from localspec.models.layerskip import derive_layerskip_draft
 
     return derive_layerskip_draft(target, cache_dir=Paths.from_env().derived_models_dir)
 
@@ -182,30 +185,6 @@ def probe(
         if progress is not None:
             progress((i + 1) / len(prompts))
     return counts
-
-
-def cached_curves(result: PickResult, cache_dir: Path | None = None) -> dict[Path, Curve]:
-    """Decode curves already measured on this machine for the target and the usable drafts, by path,
-    loaded as the result was planned (exact, or `--fast`)."""
-    from localspec.calibrate import calibration_key, load_cached
-
-    cache = cache_dir or Paths.from_env().cache_dir
-    out: dict[Path, Curve] = {}
-    for cand in result.candidates:
-        if not cand.usable or cand.plan is None:
-            continue
-        plan = cand.plan
-        options = LoadOptions(
-            kv_type=plan.kv_type, gpu_layers=plan.target.llama_gpu_layers, batch_invariant=not result.repack
-        )
-        files = [(result.target.path, options)]
-        if cand.method == "draft" and cand.path is not None and plan.draft is not None:
-            files.append((cand.path, replace(options, gpu_layers=plan.draft.llama_gpu_layers)))
-        for path, opts in files:
-            curve = out.get(path) or load_cached(cache, calibration_key(path, opts))
-            if curve is not None:
-                out[path] = curve
-    return out
 
 
 def _updated(cand: Candidate, est: Estimate | None) -> Candidate:

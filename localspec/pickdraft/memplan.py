@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from localspec.devices import GIB, MIB, DeviceMemory
 from localspec.errors import UserInputError
-from localspec.gguf_info import GGUFInfo
+from localspec.models.gguf_info import GGUFInfo
+from localspec.pickdraft.devices import GIB, MIB, DeviceMemory
 
 # Bytes per element of each KV cache type: ggml blocks of 32 values (q8_0: 32 bytes
 # plus an f16 scale; q4_0: 16 bytes plus the scale).

@@ -4,10 +4,10 @@ Candidates: every GGUF that discovery finds (plus extra search paths), the
 self-speculative methods (`ngram`, `layerskip`) and `none`; when no local model
 fits, the catalog's known drafts with the `localspec pull` command that fetches them.
 Each gets a verdict with its reason: tokenizer compatibility by llama.cpp's rule
-(`compat`), a memory plan (`planner`), and an expected speedup from the auto
+(`compat`), a memory plan (`memplan`), and an expected speedup from the auto
 controller's cost model, fed with this machine's calibrated decode curves where
 they are cached (by the daemon's auto policy or `--measure`) and with priors
-otherwise (`pickdraft_cost`). The fast path loads no model: serve and chat use it
+otherwise (`cost`). The fast path loads no model: serve and chat use it
 when started with a target and no draft.
 """
 
@@ -16,19 +16,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from localspec.compat import check_compat
-from localspec.controller import DRAFT_PRIOR, Curve
-from localspec.devices import GIB, DeviceMemory
-from localspec.discovery import FoundModel, discover
+from localspec.auto.costmodel import DRAFT_PRIOR, Curve
 from localspec.errors import LocalspecError
-from localspec.gguf_info import GGUFInfo, read_gguf_info
+from localspec.models.compat import check_compat
+from localspec.models.discovery import FoundModel, discover
+from localspec.models.gguf_info import GGUFInfo, read_gguf_info
 from localspec.paths import Paths
-from localspec.pickdraft_cost import K_MAX, LAYERSKIP_ACCEPTANCE, Costs, Estimate
-from localspec.planner import MemoryPlan, MemoryPlanError, ModelShape, plan_memory
+from localspec.pickdraft.cost import K_MAX, LAYERSKIP_ACCEPTANCE, Costs, Estimate
+from localspec.pickdraft.devices import GIB, DeviceMemory
+from localspec.pickdraft.memplan import MemoryPlan, MemoryPlanError, ModelShape, plan_memory
 
 if TYPE_CHECKING:
     from localspec.settings import Settings
@@ -147,7 +146,7 @@ def pick_draft(
     env = os.environ if env is None else env
     cache_dir = Paths.from_env(env).cache_dir
     if repack is None:
-        from localspec.backend import LoadOptions
+        from localspec.engine.config import LoadOptions
 
         repack = not LoadOptions().batch_invariant
     machine = _Machine(device, n_ctx, kv_type, repack)
@@ -178,35 +177,6 @@ class _Machine:
         return plan_memory(
             target, draft, self.device, n_ctx=self.n_ctx, kv_type=self.kv_type, k=K_MAX, repack=self.repack
         )
-
-
-def pick_for_machine(
-    target: Path,
-    *,
-    search_paths: Sequence[Path] = (),
-    n_ctx: int = 4096,
-    kv_type: str = "f16",
-    vram: int | None = None,
-    ram: int | None = None,
-    repack: bool | None = None,
-) -> PickResult:
-    """The fast path `serve`, `chat` and `pick-draft` use: this machine's memory (or the overrides),
-    and the decode curves the auto policy or `--measure` cached here, where they exist.
-
-    `repack` None plans for LoadOptions' default (exact); True for `--fast` loading."""
-    from localspec.devices import detect_memory
-
-    device = detect_memory(vram, ram)
-    pick = partial(pick_draft, target, device, search_paths=search_paths, n_ctx=n_ctx, kv_type=kv_type)
-    result = pick(repack=repack)
-    if vram is not None or ram is not None:
-        return result  # curves measured here say nothing about the machine being planned for
-    from localspec.pickdraft_measure import cached_curves
-
-    curves = cached_curves(result)
-    if not curves:
-        return result
-    return pick(repack=repack, curves=curves)
 
 
 # What `--method auto` chooses among at each step (the engine's auto policy): n-gram lookup, the loaded
@@ -324,7 +294,7 @@ def _self_candidates(base: MemoryPlan, machine: _Machine, costs: Costs) -> list[
 
 def layerskip_shape(target: ModelShape) -> ModelShape:
     """The derived draft `layerskip` writes: the kept blocks plus the target's embeddings and head."""
-    from localspec.layerskip import default_keep
+    from localspec.models.layerskip import default_keep
 
     keep = default_keep(target.n_layers)
     return replace(
@@ -339,7 +309,7 @@ def _catalog_candidates(
     target: GGUFInfo, local_names: set[str], base: MemoryPlan, costs: Costs
 ) -> list[Candidate]:
     """Known drafts for this target that are not on disk; costed from their download size."""
-    from localspec.catalog import load_catalog
+    from localspec.models.catalog import load_catalog
 
     catalog = load_catalog()
     out = []

@@ -26,14 +26,16 @@ from types import FrameType
 
 import uvicorn
 
-from localspec.api import make_app
-from localspec.api_bridge import ApiConfig, ServerState
-from localspec.api_security import DEFAULT_MAX_BODY_BYTES
-from localspec.engine import Engine, EngineConfig, ProgressFn
+from localspec.engine.config import EngineConfig
+from localspec.engine.worker import Engine, ProgressFn
 from localspec.errors import ConfigError, DaemonError, LocalspecError
 from localspec.paths import Paths
-from localspec.pidfile import PidLock, pid_file_for
+from localspec.process.pidfile import PidLock, pid_file_for
 from localspec.resolve import serve_config
+from localspec.server.app import make_app
+from localspec.server.config import ApiConfig
+from localspec.server.security import DEFAULT_MAX_BODY_BYTES
+from localspec.server.state import ServerState
 from localspec.settings import Settings
 
 log = logging.getLogger("localspec.daemon")
@@ -258,8 +260,8 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
 
 def run(config: DaemonConfig) -> None:
     """Serve until SIGTERM/SIGINT; returns normally after a clean shutdown."""
-    from localspec.backend import check_gguf_file
-    from localspec.parentwatch import watch_parent
+    from localspec.engine.llama import check_gguf_file
+    from localspec.process.parentwatch import watch_parent
 
     check_gguf_file(config.engine.target)  # fail at once, not after the sockets are up
     watch_parent()  # a daemon started for one chat stops (cleanly) when that chat dies

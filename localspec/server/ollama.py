@@ -15,8 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.api_bridge import ServerState, json_bytes, respond, stats_fields
-from localspec.api_schemas import (
+from localspec.errors import LocalspecError, UserInputError
+from localspec.models.gguf_info import GGUFInfo
+from localspec.server.responses import json_bytes, stats_fields
+from localspec.server.schemas import (
     OllamaChatBody,
     OllamaGenerateBody,
     OllamaShowBody,
@@ -24,8 +26,8 @@ from localspec.api_schemas import (
     ollama_generate_request,
     parse_body,
 )
-from localspec.errors import LocalspecError, UserInputError
-from localspec.gguf_info import GGUFInfo
+from localspec.server.state import ServerState
+from localspec.server.streaming import respond
 from localspec.types import GenerationResult, GenerationStats, TokenChunk
 
 # Plugins gate features on Ollama's version; this is the API level the routes here follow.

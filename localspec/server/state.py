@@ -1,4 +1,4 @@
-"""Between the blocking engine and the async routes: shared server state, runs, and responses.
+"""Between the blocking engine and the async routes: the state every route shares, and runs.
 
 The engine's worker thread delivers each request's events to its Handle, whose
 `next_event()` blocks. One small pump thread per request moves those events
@@ -11,36 +11,19 @@ generation within one step.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localspec import __version__
-from localspec.api_security import DEFAULT_MAX_BODY_BYTES
-from localspec.engine import Engine, Event, Handle
-from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError, OverloadedError
-from localspec.gguf_info import GGUFInfo
-from localspec.metrics import Metrics
-from localspec.types import GenerationRequest, GenerationResult, GenerationStats, SpecParams, TokenChunk
-
-RETRY_AFTER_S = 2
-MODEL_ALIAS = "localspec"
-
-
-@dataclass(frozen=True)
-class ApiConfig:
-    """How the API behaves, fixed when the daemon starts."""
-
-    token: str | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    alias: str = MODEL_ALIAS
-    pick: str | None = None  # what pick-draft chose for the daemon and why (/health)
+from localspec.engine.worker import Engine, Event, Handle
+from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError
+from localspec.models.gguf_info import GGUFInfo
+from localspec.server.config import ApiConfig
+from localspec.server.metrics import Metrics
+from localspec.types import GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
 
 class ServerState:
@@ -76,7 +59,7 @@ class ServerState:
     def gguf_info(self) -> GGUFInfo:
         """The target's header, read once (blocking: call it off the event loop)."""
         if self._gguf_info is None:
-            from localspec.gguf_info import read_gguf_info
+            from localspec.models.gguf_info import read_gguf_info
             from localspec.paths import Paths
 
             self._gguf_info = read_gguf_info(self.engine.config.target, cache_dir=Paths.from_env().cache_dir)
@@ -192,93 +175,7 @@ class Run:
         self.state.active.discard(self.handle)
 
 
-class Format(Protocol):
-    """How one API shapes a generation: streamed frames and the whole body."""
-
-    media_type: str
-
-    def chunk(self, chunk: TokenChunk) -> bytes: ...
-
-    def final(self, result: GenerationResult) -> bytes: ...
-
-    def error(self, exc: LocalspecError) -> bytes: ...
-
-    def whole(self, result: GenerationResult) -> dict[str, Any]: ...
-
-
-async def respond(run: Run, stream: bool, fmt: Format) -> Response:
-    """Stream or not. A stream waits for its first event, so early errors keep their HTTP status."""
-    if not stream:
-        try:
-            return JSONResponse(fmt.whole(await run.collect()))
-        finally:
-            run.close()
-    try:
-        first = await run.next()
-    except BaseException:
-        run.close()
-        raise
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(_frames(run, first, fmt), media_type=fmt.media_type, headers=headers)
-
-
-async def _frames(run: Run, first: TokenChunk | GenerationResult, fmt: Format) -> AsyncIterator[bytes]:
-    # Everything already delivered goes out in one write: fewer syscalls under load, and after a
-    # disconnect at most one write lands on the dead socket before Starlette cancels this
-    # generator (its `finally` cancels the run).
-    pending: list[Event] = [first]
-    try:
-        while True:
-            out: list[bytes] = []
-            for raw in pending:
-                try:
-                    event = run.settle(raw)
-                except LocalspecError as exc:
-                    yield b"".join([*out, fmt.error(exc)])
-                    return
-                if isinstance(event, GenerationResult):
-                    yield b"".join([*out, fmt.final(event)])
-                    return
-                if event.text or event.token_ids:
-                    out.append(fmt.chunk(event))
-            if out:
-                yield b"".join(out)
-            pending = [await run.next_raw(), *run.ready()]
-    finally:
-        run.close()
-
-
-def openai_error_body(exc: LocalspecError) -> dict[str, Any]:
-    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
-
-
-def error_response(exc: LocalspecError, ollama: bool) -> JSONResponse:
-    """OpenAI's error shape, or Ollama's `{"error": "..."}` on its routes; status from the type."""
-    body: dict[str, Any] = {"error": exc.message} if ollama else openai_error_body(exc)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, OverloadedError) else None
-    return JSONResponse(body, status_code=exc.http_status, headers=headers)
-
-
-def finish_reason(result: GenerationResult) -> str:
-    # "cancelled" only reaches a client that left; OpenAI's vocabulary has stop and length.
-    return "length" if result.finish_reason == "length" else "stop"
-
-
-def stats_fields(stats: GenerationStats) -> dict[str, Any]:
-    """Speculation stats for every response: llama-server's `timings` names plus localspec's own."""
-    gen_s = max(stats.elapsed_s - stats.ttft_s, 0.0)
-    timings = {
-        "prompt_n": stats.prompt_tokens,
-        "prompt_ms": round(stats.ttft_s * 1000, 3),
-        "predicted_n": stats.tokens,
-        "predicted_ms": round(stats.elapsed_s * 1000, 3),
-        "predicted_per_token_ms": round(gen_s * 1000 / max(stats.tokens - 1, 1), 3),
-        "predicted_per_second": round(stats.tokens_per_second, 3),
-        "draft_n": stats.drafted,
-        "draft_n_accepted": stats.accepted,
-    }
-    return {"timings": timings, "localspec": stats.to_dict()}
-
-
-def json_bytes(data: dict[str, Any]) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+def server_state(request: Request) -> ServerState:
+    """The ServerState of the app serving this request."""
+    state: ServerState = request.app.state.localspec
+    return state

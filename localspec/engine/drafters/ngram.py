@@ -11,6 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from localspec.engine.drafters.base import Draft
+from localspec.types import SamplingParams
+
 
 @dataclass(frozen=True)
 class NgramMatch:
@@ -63,3 +68,45 @@ class NgramIndex:
             if start is not None and start < size:
                 return NgramMatch(toks[start : min(start + k, size)], n)
         return NgramMatch([], 0)
+
+
+# A fixed n-gram method drafts only on a convincing match: the context's last 5+ tokens seen before.
+# Shorter matches are mostly wrong off copied text, and each costs a batched verify (2.25 tokens for
+# 4 on the 2-core CPU). Replayed over the 8 bench traces: min 2 ran at 0.79-0.97x of plain decoding
+# where nothing is copied; min 5 never below 1.00x, and 1.42x on the rename (2: 1.46x).
+NGRAM_MIN_MATCH = 5
+
+
+NGRAM_MAX_MATCH = 8
+
+
+class NgramDrafter:
+    """Prompt lookup: copy what followed the longest recent match of the context's tail."""
+
+    name = "ngram"
+
+    def __init__(self, min_n: int = NGRAM_MIN_MATCH, max_n: int = NGRAM_MAX_MATCH) -> None:
+        self._min_n, self._max_n = min_n, max_n
+        self._index = NgramIndex(min_n, max_n)
+
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
+        self._index = NgramIndex(self._min_n, self._max_n)
+        self._index.extend(prompt)
+
+    def propose(
+        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        match = self.peek(tokens, k)
+        return Draft(match.tokens, [None] * len(match.tokens), evidence=match.match_len)
+
+    def peek(self, tokens: Sequence[int], k: int) -> NgramMatch:
+        """What `propose` would draft now (the same tokens, as a prefix for a smaller k), at no cost.
+
+        The auto policy looks before it chooses: a long match is worth a verify, a short one seldom.
+        """
+        known = len(self._index.tokens)
+        if tokens[:known] != self._index.tokens:
+            self.start(tokens)
+        else:
+            self._index.extend(tokens[known:])
+        return self._index.propose(k)

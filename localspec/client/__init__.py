@@ -1,0 +1,6 @@
+"""The Python client of the daemon's API, as the TUI and `generate --remote` use it."""
+
+from localspec.client.http import Client, EventStream, Health, StreamEvent
+from localspec.client.streamabort import StreamAbort
+
+__all__ = ["Client", "EventStream", "Health", "StreamAbort", "StreamEvent"]

@@ -1,0 +1,22 @@
+"""How the API behaves, fixed when the daemon starts: a plain config that imports no engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localspec.server.security import DEFAULT_MAX_BODY_BYTES
+
+RETRY_AFTER_S = 2
+
+
+MODEL_ALIAS = "localspec"
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """How the API behaves, fixed when the daemon starts."""
+
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    alias: str = MODEL_ALIAS
+    pick: str | None = None  # what pick-draft chose for the daemon and why (/health)

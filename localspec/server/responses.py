@@ -1,0 +1,48 @@
+"""The pieces every API's bodies share: error bodies, finish reasons, speculation stats, compact JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from localspec.errors import LocalspecError, OverloadedError
+from localspec.server.config import RETRY_AFTER_S
+from localspec.types import GenerationResult, GenerationStats
+
+
+def openai_error_body(exc: LocalspecError) -> dict[str, Any]:
+    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
+
+
+def error_response(exc: LocalspecError, ollama: bool) -> JSONResponse:
+    """OpenAI's error shape, or Ollama's `{"error": "..."}` on its routes; status from the type."""
+    body: dict[str, Any] = {"error": exc.message} if ollama else openai_error_body(exc)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, OverloadedError) else None
+    return JSONResponse(body, status_code=exc.http_status, headers=headers)
+
+
+def finish_reason(result: GenerationResult) -> str:
+    # "cancelled" only reaches a client that left; OpenAI's vocabulary has stop and length.
+    return "length" if result.finish_reason == "length" else "stop"
+
+
+def stats_fields(stats: GenerationStats) -> dict[str, Any]:
+    """Speculation stats for every response: llama-server's `timings` names plus localspec's own."""
+    gen_s = max(stats.elapsed_s - stats.ttft_s, 0.0)
+    timings = {
+        "prompt_n": stats.prompt_tokens,
+        "prompt_ms": round(stats.ttft_s * 1000, 3),
+        "predicted_n": stats.tokens,
+        "predicted_ms": round(stats.elapsed_s * 1000, 3),
+        "predicted_per_token_ms": round(gen_s * 1000 / max(stats.tokens - 1, 1), 3),
+        "predicted_per_second": round(stats.tokens_per_second, 3),
+        "draft_n": stats.drafted,
+        "draft_n_accepted": stats.accepted,
+    }
+    return {"timings": timings, "localspec": stats.to_dict()}
+
+
+def json_bytes(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
