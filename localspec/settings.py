@@ -40,10 +40,10 @@ class Settings(BaseSettings):
     draft_gpu_layers: int | None = Field(None, ge=-1, description="Draft layers on the GPU; default: plan.")
     kv_type: str = Field("f16", description="KV cache type: f16, q8_0 or q4_0.")
     exact: bool = Field(
-        True,
-        description="Greedy output token-identical to the target alone (default). False (--fast): "
-        "repacked weights and no near-tie re-decides; faster batched verifies, identical up to "
-        "float rounding, as llama.cpp's own speculative decoding is.",
+        False,
+        description="True (--exact): batch-invariant loading, greedy output bit-identical to the target "
+        "alone, slower on the CPU. False (default, --fast): llama.cpp's own loading, the target's "
+        "distribution, greedy output identical up to float rounding, as llama.cpp's speculation is.",
     )
     socket: Path | None = Field(None, description="Unix socket path for serve; default: runtime dir.")
     tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")

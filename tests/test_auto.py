@@ -42,7 +42,7 @@ from localspec.engine.worker import Engine
 from localspec.paths import Paths
 from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
 
-TINY = LoadOptions(n_ctx=1024, n_threads=1)
+TINY = LoadOptions(n_ctx=1024, n_threads=1, batch_invariant=True)  # --exact: bit-identity is asserted
 
 
 class FrozenCosts(OnlineCosts):

@@ -52,17 +52,27 @@ def test_generate_streams_text_and_prints_stats(tiny_target: Path, tiny_perfect_
     assert "tok/s" in stats_line and "method draft" in stats_line and "accepted" in stats_line
 
 
-def test_fast_loading_is_asked_for_and_reported(tiny_target: Path, tiny_perfect_draft: Path) -> None:
+def test_loading_mode_is_fast_by_default_exact_when_asked_and_reported(
+    tiny_target: Path, tiny_perfect_draft: Path
+) -> None:
     args = generate_json(tiny_target, max_tokens=8)
-    code, out, err = invoke(*args, "--draft", str(tiny_perfect_draft), "--method", "draft", "--fast")
+    code, out, err = invoke(*args, "--draft", str(tiny_perfect_draft), "--method", "draft")
     assert code == 0, err
     assert json.loads(out)["stats"]["exact"] is False
-    code, out, err = invoke(*args, "--method", "none")
+    code, out, err = invoke(*args, "--method", "none", "--exact")
     assert code == 0, err
     assert json.loads(out)["stats"]["exact"] is True
-    code, _, err = invoke(*[a for a in args if a != "--json"], "--method", "none", "--fast")
+    code, out, err = invoke(*args, "--method", "none", "--fast")  # the default, said explicitly
     assert code == 0, err
-    assert err.strip().splitlines()[-1].endswith("; --fast: identical to the target alone up to rounding")
+    assert json.loads(out)["stats"]["exact"] is False
+    text_args = [a for a in args if a != "--json"]
+    code, _, err = invoke(*text_args, "--method", "none")
+    assert code == 0, err
+    last = err.strip().splitlines()[-1]
+    assert last.endswith("; fast: identical to the target alone up to rounding (--exact for bit-identity)")
+    code, _, err = invoke(*text_args, "--method", "none", "--exact")
+    assert code == 0, err
+    assert err.strip().splitlines()[-1].endswith("; exact: bit-identical to the target alone")
 
 
 def test_generate_json_has_text_tokens_and_stats(tiny_target: Path, tiny_perfect_draft: Path) -> None:

@@ -75,6 +75,7 @@ def test_status_reports_the_running_daemon(daemon: Daemon) -> None:
     as_json = run_cli(daemon.home, "status", "--json")
     assert '"status": "ready"' in as_json.stdout
     assert "pick: draft none, method " in out.stdout  # started with no draft: pick-draft's choice
+    assert "loading: fast (llama.cpp's own; identical to the target alone up to rounding)" in out.stdout
 
 
 def test_started_without_a_draft_health_says_what_pick_draft_chose(daemon: Daemon) -> None:
@@ -84,6 +85,7 @@ def test_started_without_a_draft_health_says_what_pick_draft_chose(daemon: Daemo
     assert pick.startswith("draft none, method ") and "— pick-draft chose " in pick
     assert "(expected " in pick  # then the choice's own reason
     assert health["draft"] is None
+    assert health["exact"] is False  # llama.cpp's own loading unless started with --exact
 
 
 def test_status_without_a_daemon_says_how_to_start_one(tmp_path: Path) -> None:

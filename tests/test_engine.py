@@ -36,7 +36,7 @@ PROMPTS = [
     "let us write some code",
 ]
 # Tiny models run far faster on one thread, and stay fast while other tests load the CPU.
-TINY = LoadOptions(n_ctx=1024, n_threads=1)
+TINY = LoadOptions(n_ctx=1024, n_threads=1, batch_invariant=True)  # --exact: bit-identity is asserted
 
 
 def make_engine(target: Path, draft: Path | None = None, load: LoadOptions = TINY) -> Engine:

@@ -107,7 +107,7 @@ def test_fast_loading_is_planned_with_cheaper_verifies_and_repacked_memory(
     real_models: Path, env: dict[str, str]
 ) -> None:
     target = real_models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-    exact = pick_draft(target, cpu_only(16 * GIB), env=env)
+    exact = pick_draft(target, cpu_only(16 * GIB), env=env, repack=False)
     fast = pick_draft(target, cpu_only(16 * GIB), env=env, repack=True)
     assert exact.to_dict()["exact"] is True and fast.to_dict()["exact"] is False
     rows = {c.label: c for c in exact.candidates}

@@ -1,4 +1,4 @@
-"""The engine on the real models: greedy speculative output equals the target alone's.
+"""The engine on the real models, loaded `--exact`: greedy speculative output equals the target alone's.
 
 Slow (a 1.5B model on a small CPU), and still part of CI: batched verification in
 llama.cpp rounds differently from one-token decoding, and only real quantized
@@ -34,7 +34,8 @@ def chat(engine: Engine, text: str, method: Method, max_tokens: int, k: int = 4)
 
 @pytest.fixture(scope="module")
 def qwen(qwen_target: Path, qwen_draft: Path) -> Iterator[Engine]:
-    with Engine(EngineConfig(qwen_target, qwen_draft, load=LoadOptions(n_ctx=2048))) as engine:
+    exact = LoadOptions(n_ctx=2048, batch_invariant=True)  # --exact: bit-identity is what is asserted
+    with Engine(EngineConfig(qwen_target, qwen_draft, load=exact)) as engine:
         engine.wait_ready()
         assert engine.info.draft_error is None
         yield engine
@@ -70,7 +71,7 @@ def test_ngram_copies_code_on_a_rename(qwen: Engine) -> None:
 @pytest.mark.parametrize("fixture", ["smollm", "gemma"])
 def test_small_real_models_generate_identically(request: pytest.FixtureRequest, fixture: str) -> None:
     path: Path = request.getfixturevalue(fixture)
-    with Engine(EngineConfig(path, load=LoadOptions(n_ctx=1024))) as engine:
+    with Engine(EngineConfig(path, load=LoadOptions(n_ctx=1024, batch_invariant=True))) as engine:
         engine.wait_ready()
         prompt = "Repeat this list twice: apple, banana, cherry, dates, elderberry."
         base = chat(engine, prompt, "none", 32)

@@ -19,9 +19,9 @@ def test_precedence_flags_env_file_defaults(monkeypatch: pytest.MonkeyPatch) -> 
     assert (settings.k, settings.n_ctx, settings.method) == (3, 1024, "ngram")
     assert load_settings(k=8).k == 8
     assert load_settings().queue_size == 16
-    assert load_settings().exact is True
-    monkeypatch.setenv("LOCALSPEC_EXACT", "false")
-    assert load_settings().exact is False and load_settings(exact=True).exact is True
+    assert load_settings().exact is False  # llama.cpp's own loading unless --exact
+    monkeypatch.setenv("LOCALSPEC_EXACT", "true")
+    assert load_settings().exact is True and load_settings(exact=False).exact is False
 
 
 def test_saving_none_removes_a_key(localspec_home: Path) -> None:

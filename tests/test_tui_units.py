@@ -72,6 +72,8 @@ def test_speed_and_models_lines() -> None:
     assert format_bytes(None) == "mem ?"
     health = Health(status="ready", model="t", draft=None, draft_error="tokenizers differ")
     assert models_line(health) == "target t · draft none (tokenizers differ)"
+    exact = Health(status="ready", model="t", draft="d", exact=True)
+    assert models_line(exact) == "target t · draft d · exact"
 
 
 def test_chats_save_load_by_prefix_and_list(tmp_path: Path) -> None:

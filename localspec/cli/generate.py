@@ -121,8 +121,10 @@ def _stats_line(result: GenerationResult) -> str:
             f"({st.acceptance_rate:.0%}), "
             f"mean accepted length {st.mean_accepted_length:.2f}"
         )
-    if not st.exact:
-        line += "; --fast: identical to the target alone up to rounding"
+    if st.exact:
+        line += "; exact: bit-identical to the target alone"
+    else:
+        line += "; fast: identical to the target alone up to rounding (--exact for bit-identity)"
     if st.fallback_reason:
         line += f"; fell back: {st.fallback_reason}"
     return line
@@ -198,4 +200,8 @@ def bench(
                 f"{row.acceptance_rate:>7.0%} {row.mean_k:>6.1f} {same:>5}"
             )
     if not settings.exact:
-        click.echo("(--fast: outputs may differ from none where the top two logits nearly tie)")
+        click.echo(
+            "(fast loading: outputs may differ from none where the top two logits nearly tie; "
+            "--exact for bit-identity)",
+            err=True,
+        )

@@ -28,8 +28,8 @@ MODEL_OPTIONS: list[Callable[[Any], Any]] = [
         "--exact/--fast",
         "exact",
         default=None,
-        help="--fast: repacked weights, faster verifies, output identical to the target alone only up "
-        "to float rounding (default: exact).",
+        help="--exact: batch-invariant loading, greedy output bit-identical to the target alone, "
+        "slower on the CPU. Default (--fast): llama.cpp's own loading, identical up to float rounding.",
     ),
 ]
 

@@ -109,6 +109,9 @@ def _status_lines(health: Health, pid: int | None, socket_path: Path) -> list[st
         *([f"pick: {health.pick}"] if health.pick else []),
         f"method: {health.method} (k={health.k or 'default'}); available: {', '.join(health.methods)}",
         f"context: {health.n_ctx} tokens",
+        "loading: exact (bit-identical to the target alone)"
+        if health.exact
+        else "loading: fast (llama.cpp's own; identical to the target alone up to rounding)",
         f"queue: {health.queue_depth} waiting, {health.in_flight} in flight",
     ]
 

@@ -58,6 +58,7 @@ class Health:
     method: str | None = None
     k: int | None = None
     n_ctx: int | None = None
+    exact: bool = False  # batch-invariant loading (--exact); else llama.cpp's own, identical up to rounding
     gpu_offload: bool = False
     queue_depth: int = 0
     in_flight: int = 0

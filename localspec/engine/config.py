@@ -24,11 +24,14 @@ def default_threads() -> int:
 class LoadOptions:
     """How to load one model. gpu_layers: None = all when offload is supported, -1 = all, 0 = CPU.
 
-    batch_invariant (on by default) turns off weight repacking and forces flash attention, which
-    makes small batched verifies round like one-token decoding on the CPU (scripts/batch_rounding.py).
-    With repacking on, greedy speculative output differed from the target alone on 4 of the 8
-    bench prompts on Qwen2.5-Coder-1.5B; with it off, on none. Off (`--fast`), verifies batch
-    better and output is identical only up to float rounding, as in llama.cpp's own speculation.
+    By default a model loads as llama.cpp itself loads it (weights repacked for the CPU's kernels,
+    flash attention as llama.cpp chooses): batched verifies are cheap, and speculative output is
+    the target's distribution, greedy output identical to the target alone up to float rounding,
+    as in llama.cpp's, vLLM's and LM Studio's speculation. batch_invariant (`--exact`) turns
+    repacking off and forces flash attention, which makes verifies of up to EXACT_VERIFY_BATCH
+    positions round like one-token decoding on the CPU (scripts/batch_rounding.py): greedy output
+    bit-identical to the target alone, at a cost (docs/benchmarks.md: 6% of plain decoding on
+    AVX2, 20-30% on AVX-512, and verifies that batch worse).
     """
 
     n_ctx: int = 4096
@@ -36,7 +39,7 @@ class LoadOptions:
     gpu_layers: int | None = None
     kv_type: str = "f16"
     n_batch: int = 512
-    batch_invariant: bool = True
+    batch_invariant: bool = False
 
 
 # The largest batch that rounds exactly like one-token decoding with batch_invariant loading on the

@@ -82,6 +82,8 @@ class ServerState:
             "method": self.spec_default.method,
             "k": self.spec_default.k,
             "n_ctx": info.n_ctx,
+            # Batch-invariant (--exact: bit-identical greedy output) or llama.cpp's own loading.
+            "exact": self.engine.config.load.batch_invariant,
             "gpu_offload": info.gpu_offload,
             "queue_depth": self.engine.queue_depth,
             "in_flight": len(self.active),

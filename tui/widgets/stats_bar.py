@@ -55,7 +55,8 @@ def models_line(health: Health | None) -> str:
     if health is None or not health.ready:
         return "target … · draft …"
     draft = health.draft or (f"none ({health.draft_error})" if health.draft_error else "none")
-    return f"target {health.model or health.target} · draft {draft}"
+    mode = " · exact" if health.exact else ""  # fast, llama.cpp's own loading, is the default
+    return f"target {health.model or health.target} · draft {draft}{mode}"
 
 
 class StatsBar(Vertical):
