@@ -67,7 +67,8 @@ def main() -> int:
     print(f"rounding margin (largest gap shift, batches 2/4/8): {margin:.4f}", flush=True)
     rows: dict[str, dict[str, object]] = {}
     counts = {"runs": 0, "identical": 0, "explained": 0, "unexplained": 0}
-    with Engine(EngineConfig(args.target, args.draft, load=load)) as engine:
+    # No memory of earlier requests: each method would copy none's output of the same prompt.
+    with Engine(EngineConfig(args.target, args.draft, load=load, ngram_memory_tokens=0)) as engine:
         engine.wait_ready()
         for name, text in prompts.items():
             base = engine.generate(request(text, "none", args.max_tokens))

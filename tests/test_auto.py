@@ -408,7 +408,10 @@ def test_engine_auto_calibrates_once_and_falls_back_to_plain_with_a_useless_draf
 ) -> None:
     cache = Paths.from_env().cache_dir
     calibration = cache / "calibration"
-    config = EngineConfig(target=tiny_target, draft=tiny_useless_draft, load=TINY, cache_dir=cache)
+    # Each prompt runs as none, then auto: no memory of the none run, which n-gram would copy whole.
+    config = EngineConfig(
+        target=tiny_target, draft=tiny_useless_draft, load=TINY, cache_dir=cache, ngram_memory_tokens=0
+    )
     with Engine(config) as engine:
         engine.wait_ready()
         files = sorted(calibration.glob("*.json"))

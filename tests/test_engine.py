@@ -40,8 +40,12 @@ TINY = LoadOptions(n_ctx=1024, n_threads=1, batch_invariant=True)  # --exact: bi
 
 
 def make_engine(target: Path, draft: Path | None = None, load: LoadOptions = TINY) -> Engine:
-    # No confidence floor: these tests look at every drafted token's verification.
-    engine = Engine(EngineConfig(target=target, draft=draft, load=load, draft_min_confidence=0.0))
+    # No confidence floor: these tests look at every drafted token's verification. No memory of
+    # earlier requests: each method runs after `none` on the same prompt, and would copy its output.
+    config = EngineConfig(
+        target=target, draft=draft, load=load, draft_min_confidence=0.0, ngram_memory_tokens=0
+    )
+    engine = Engine(config)
     engine.wait_ready()
     return engine
 
@@ -352,3 +356,17 @@ def test_draft_failing_mid_generation_falls_back_to_the_target(
     assert failing.stats.drafted > 0
     target.close()
     draft.close()
+
+
+def test_ngram_drafts_from_what_earlier_requests_wrote(tiny_target: Path) -> None:
+    prompt = "the quick brown fox jumps over the lazy dog"
+    for tokens, drafts_again in ((16384, True), (0, False)):
+        config = EngineConfig(target=tiny_target, load=TINY, ngram_memory_tokens=tokens)
+        with Engine(config) as engine:
+            first = run(engine, prompt, "ngram", max_tokens=48)
+            again = run(engine, prompt, "ngram", max_tokens=48)
+        assert again.token_ids == first.token_ids
+        if drafts_again:  # the second time, the first reply is there to copy
+            assert again.stats.accepted > first.stats.accepted + 16, (first.stats, again.stats)
+        else:
+            assert again.stats.drafted == first.stats.drafted

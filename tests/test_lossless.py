@@ -107,7 +107,7 @@ def test_qwen_pair_fast_divergences_are_all_explained(qwen_target: Path, qwen_dr
     load = LoadOptions(n_ctx=2048)
     checker = LlamaModel(qwen_target, load)
     try:
-        with Engine(EngineConfig(qwen_target, qwen_draft, load=load)) as engine:
+        with Engine(EngineConfig(qwen_target, qwen_draft, load=load, ngram_memory_tokens=0)) as engine:
             engine.wait_ready()
             first = prompt_tokens(checker, _chat(bench["fix_bug"], "none"))
             margin = max(rounding_margin(checker, first, 16, batch) for batch in (4, 8))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.engine.drafters.ngram import NgramIndex
+from localspec.engine.drafters.ngram import NgramDrafter, NgramIndex, NgramMemory
 
 
 def test_proposes_what_followed_the_latest_match() -> None:
@@ -47,3 +47,43 @@ def test_continuation_is_cut_at_the_end_of_the_context() -> None:
 def test_rejects_bad_sizes() -> None:
     with pytest.raises(ValueError):
         NgramIndex(min_n=3, max_n=2)
+
+
+def test_memory_finds_what_an_earlier_request_wrote_and_never_crosses_requests() -> None:
+    memory = NgramMemory(capacity=100, min_n=4, max_n=8)
+    memory.remember([1, 2, 3, 4, 5, 6, 7])
+    memory.remember([20, 21, 22, 23, 24, 25])
+    match = memory.lookup([9, 9, 2, 3, 4, 5], 4)
+    assert (match.tokens, match.match_len) == ([6, 7], 4)  # cut where that request ended
+    assert memory.lookup([9, 9, 9, 3, 4, 5], 4).tokens == []  # three tokens: too little evidence
+    assert memory.lookup([20, 21, 22, 23], 8).tokens == [24, 25]
+
+
+def test_memory_is_bounded_and_keeps_the_newest() -> None:
+    memory = NgramMemory(capacity=20, min_n=4, max_n=4)
+    for start in range(0, 100, 10):
+        memory.remember(list(range(start, start + 10)))
+    assert memory.size <= 2 * 20 + 2  # separators included
+    assert memory.lookup([90, 91, 92, 93], 2).tokens == [94, 95]
+    assert memory.lookup([0, 1, 2, 3], 2).tokens == []  # the oldest request is forgotten
+    off = NgramMemory(capacity=0)
+    off.remember(list(range(50)))
+    assert off.size == 0
+
+
+def test_drafter_uses_earlier_requests_only_after_its_own_reply_began() -> None:
+    memory = NgramMemory(capacity=1000, min_n=4, max_n=8)
+    template = [100, 101, 102, 103, 104]
+    memory.remember([7, *template, 50, 51, 52, 53, 54, 55])
+    drafter = NgramDrafter(min_n=4, max_n=8, memory=memory)
+    prompt = [8, *template]
+    drafter.start(prompt)
+    # The prompt's template tail matches the earlier request's, but nothing of this reply yet.
+    assert drafter.peek(prompt, 4).tokens == []
+    assert drafter.peek([*prompt, 50], 4).tokens == []
+    # Two tokens into the reply, the earlier reply is the best evidence there is.
+    match = drafter.peek([*prompt, 50, 51], 3)
+    assert (match.tokens, match.match_len) == ([52, 53, 54], 7)
+    # The context's own longer match wins over memory.
+    own = [*prompt, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67, 68, 60, 61, 62, 63, 64, 65, 66, 67]
+    assert drafter.peek(own, 2).tokens == [68, 60]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,10 @@ def bench(
     settings = load_settings(**pop_model_settings(kwargs))
     prompts = load_prompts(prompts_file)
     total = len(prompts) * len(set(chosen) | {"none"}) * repeat
-    with Engine(engine_config(settings), progress=LoadProgress()) as engine:
+    # Every method runs each prompt after `none` did: with a memory of earlier requests, n-gram
+    # would copy none's own output and measure a repeat, not the method.
+    config = replace(engine_config(settings), ngram_memory_tokens=0)
+    with Engine(config, progress=LoadProgress()) as engine:
         engine.wait_ready()
         with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
             report = run_bench(

@@ -68,3 +68,6 @@ class EngineConfig:
     # in a private temporary folder for the engine's lifetime.
     cache_dir: Path | None = None
     derived_dir: Path | None = None
+    # Tokens of earlier requests' prompts and outputs kept for n-gram drafting (in memory only;
+    # 0 turns it off): agent loops and editors send and re-emit the same code request after request.
+    ngram_memory_tokens: int = 16384

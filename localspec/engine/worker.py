@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Literal
 from localspec.engine.config import EngineConfig
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
-from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
 from localspec.engine.prompting import prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.errors import LocalspecError, OverloadedError
-from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SpecParams, TokenChunk
+from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, TokenChunk
 
 if TYPE_CHECKING:
     from localspec.auto.policy import AutoPolicy, OnlineCosts
@@ -101,6 +101,7 @@ class Engine:
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -189,7 +190,7 @@ class Engine:
         self._target = LlamaModel(cfg.target, cfg.load, self._report("target"))
         self.info.n_ctx = self._target.n_ctx
         self.info.gpu_offload = gpu_offload_supported()
-        self._drafters["ngram"] = NgramDrafter()
+        self._drafters["ngram"] = NgramDrafter()  # listed here; each request gets its own (`_ngram`)
         if cfg.draft is not None:
             self._load_draft(cfg.draft)
         self.info.methods = ["none", *self._drafters, "layerskip", "auto"]
@@ -258,7 +259,7 @@ class Engine:
         assert self._target is not None
         req = job.request
         tokens = prompt_tokens(self._target, req)
-        policy, method, k, reason = self._policy(req.speculative)
+        policy, method, k, reason = self._policy(req)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
         gen = Generation(
@@ -278,13 +279,15 @@ class Engine:
             job.put(chunk)
         assert gen.result is not None
         self._kv_tokens = gen.tokens[: self._target.n_past]
+        self._ngram_memory.remember(gen.tokens)
         return gen.result
 
-    def _policy(self, spec: SpecParams) -> tuple[Policy, str, int, str | None]:
+    def _policy(self, req: GenerationRequest) -> tuple[Policy, str, int, str | None]:
         """A request's policy, method and k cap; a method that cannot run falls back to `none`, with why."""
+        spec = req.speculative
         method = spec.method
         if method == "auto":
-            policy = self._auto_policy(spec.k)
+            policy = self._auto_policy(spec.k, self._ngram(req, min_n=2, max_n=8))
             return policy, "auto", policy.k_max, None
         k = min(DEFAULT_K if spec.k is None else spec.k, self._k_limit())
         if method == "none":
@@ -294,13 +297,19 @@ class Engine:
                 return FixedPolicy(self._layerskip(), k), method, k, None
             except LocalspecError as exc:
                 return FixedPolicy(None, 0), "none", 0, f"layerskip unavailable: {exc.message}"
-        drafter = self._drafters.get(method)
+        drafter = self._ngram(req) if method == "ngram" else self._drafters.get(method)
         if drafter is None:
             why = self.info.draft_error or "no draft model loaded (--draft FILE)"
             return FixedPolicy(None, 0), "none", 0, f"{method} unavailable: {why}"
         return FixedPolicy(drafter, k), method, k, None
 
-    def _auto_policy(self, k: int | None) -> AutoPolicy:
+    def _ngram(self, req: GenerationRequest, **sizes: int) -> NgramDrafter:
+        """A request's n-gram drafter, reading earlier requests' text unless a seed must reproduce it:
+        sampled output depends on what was drafted, and memory changes from one request to the next."""
+        seeded = not req.sampling.greedy and req.sampling.seed is not None
+        return NgramDrafter(**sizes, memory=None if seeded else self._ngram_memory)
+
+    def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
         from localspec.auto.costmodel import K_MAX
         from localspec.auto.policy import AutoPolicy
 
@@ -308,7 +317,7 @@ class Engine:
         # Its own n-gram index, matching up to 8 tokens: the match length is the evidence auto weighs.
         return AutoPolicy(
             self._calibrated(),
-            NgramDrafter(min_n=2, max_n=8),
+            ngram,
             draft if isinstance(draft, ModelDrafter) else None,
             k_max=min(K_MAX if k is None else k, self._k_limit()),
         )

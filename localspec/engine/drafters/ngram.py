@@ -3,11 +3,14 @@
 Code edits (renaming a variable, adding docstrings) copy long runs of the prompt,
 so the text that followed the same few tokens last time is often the text that
 comes next. The index is updated incrementally: each step costs a few dict
-operations, not a scan of the context.
+operations, not a scan of the context. `NgramMemory` extends the lookup across
+requests: agent loops and editors send the same code again in new prompts, and
+models re-emit what an earlier reply wrote.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,17 +60,82 @@ class NgramIndex:
                     self._next[tuple(toks[j - n : j])] = j
         self._indexed = max(self._indexed, end)
 
+    def index_all(self) -> None:
+        """Index every n-gram, the last one's included (for lookups from outside this token list)."""
+        self._index_upto(len(self.tokens))
+
     def propose(self, k: int) -> NgramMatch:
         """Up to k tokens that followed the longest matching suffix's latest earlier occurrence."""
+        # Index everything but the current suffix's own occurrence, so the match is an earlier one.
+        self._index_upto(len(self.tokens) - 1)
+        return self.lookup(self.tokens, k, longest=len(self.tokens) - 1)
+
+    def lookup(self, context: Sequence[int], k: int, longest: int | None = None) -> NgramMatch:
+        """Up to k indexed tokens that followed the longest suffix of `context` (at most `longest`
+        tokens) seen here; the continuation stops at a SEPARATOR."""
         toks = self.tokens
         size = len(toks)
-        # Index everything but the current suffix's own occurrence, so the match is an earlier one.
-        self._index_upto(size - 1)
-        for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
-            start = self._next.get(tuple(toks[size - n :]))
+        top = min(self.max_n, len(context) if longest is None else longest)
+        for n in range(top, self.min_n - 1, -1):
+            start = self._next.get(tuple(context[len(context) - n :]))
             if start is not None and start < size:
-                return NgramMatch(toks[start : min(start + k, size)], n)
+                run = toks[start : min(start + k, size)]
+                if SEPARATOR in run:
+                    run = run[: run.index(SEPARATOR)]
+                return NgramMatch(run, n)
         return NgramMatch([], 0)
+
+
+# Between two remembered token sequences: no n-gram spans it, no continuation crosses it.
+SEPARATOR = -1
+
+
+class NgramMemory:
+    """The prompts and outputs of earlier requests to one model, for n-gram lookup across requests.
+
+    Bounded and in memory only (never written anywhere): the newest `capacity` tokens are kept;
+    past twice that, the oldest sequences are dropped and the index is rebuilt, so the rebuild's
+    cost is spread over many requests. Matches need `min_n` tokens: across requests a short
+    n-gram says little about what comes next.
+    """
+
+    def __init__(self, capacity: int = 16384, min_n: int = 4, max_n: int = 8) -> None:
+        self.capacity = capacity
+        self.min_n, self.max_n = min_n, max_n
+        self._sequences: deque[list[int]] = deque()
+        self._index = NgramIndex(min_n, max_n)
+
+    @property
+    def size(self) -> int:
+        return len(self._index.tokens)
+
+    def remember(self, tokens: Sequence[int]) -> None:
+        """Keep one finished request's tokens (prompt and output) for later requests."""
+        if self.capacity <= 0 or len(tokens) <= self.min_n:
+            return
+        sequence = list(tokens[-self.capacity :])
+        self._sequences.append(sequence)
+        self._index.extend([*sequence, SEPARATOR])
+        if self.size > 2 * self.capacity:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        keep: deque[list[int]] = deque()
+        total = 0
+        for sequence in reversed(self._sequences):  # newest first; older ones are forgotten
+            if total + len(sequence) > self.capacity:
+                break
+            keep.appendleft(sequence)
+            total += len(sequence)
+        self._sequences = keep
+        self._index = NgramIndex(self.min_n, self.max_n)
+        for sequence in keep:
+            self._index.extend([*sequence, SEPARATOR])
+
+    def lookup(self, context: Sequence[int], k: int) -> NgramMatch:
+        """What followed the longest suffix of `context` in earlier requests."""
+        self._index.index_all()
+        return self._index.lookup(context, k)
 
 
 # A fixed n-gram method drafts only on a convincing match: the context's last 5+ tokens seen before.
@@ -78,6 +146,8 @@ NGRAM_MIN_MATCH = 5
 
 
 NGRAM_MAX_MATCH = 8
+# Tokens a reply must have written before earlier requests' text is looked up (see `peek`).
+MEMORY_AFTER = 2
 
 
 class NgramDrafter:
@@ -85,13 +155,18 @@ class NgramDrafter:
 
     name = "ngram"
 
-    def __init__(self, min_n: int = NGRAM_MIN_MATCH, max_n: int = NGRAM_MAX_MATCH) -> None:
+    def __init__(
+        self, min_n: int = NGRAM_MIN_MATCH, max_n: int = NGRAM_MAX_MATCH, memory: NgramMemory | None = None
+    ) -> None:
         self._min_n, self._max_n = min_n, max_n
         self._index = NgramIndex(min_n, max_n)
+        self._memory = memory
+        self._prompt_len = 0
 
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         self._index = NgramIndex(self._min_n, self._max_n)
         self._index.extend(prompt)
+        self._prompt_len = len(prompt)
 
     def propose(
         self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
@@ -109,4 +184,14 @@ class NgramDrafter:
             self.start(tokens)
         else:
             self._index.extend(tokens[known:])
-        return self._index.propose(k)
+        own = self._index.propose(k)
+        # Every chat prompt ends in the same template tokens, which an earlier request's prompt
+        # ended in too: earlier requests count only once this reply has two tokens of its own.
+        replied = len(tokens) - self._prompt_len
+        if self._memory is None or own.match_len >= self._memory.max_n or replied < MEMORY_AFTER:
+            return own
+        # The context's own match first; an earlier request's only where it matched longer.
+        earlier = self._memory.lookup(tokens, k)
+        if earlier.match_len > own.match_len and earlier.match_len >= self._min_n and earlier.tokens:
+            return earlier
+        return own
