@@ -125,7 +125,7 @@ def kind_medians(prompts: list[PromptComparison]) -> dict[str, dict[str, float]]
     groups: dict[str, list[PromptComparison]] = {}
     for p in prompts:
         groups.setdefault(p.kind, []).append(p)
-        groups.setdefault("all", []).append(p)
+    groups["all"] = list(prompts)
     medians: dict[str, dict[str, float]] = {}
     for kind, group in groups.items():
         medians[kind] = {}

@@ -145,7 +145,7 @@ def kind_medians(rows: Mapping[str, Any]) -> dict[str, dict[str, dict[str, float
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for entry in rows.values():
         groups.setdefault(entry["kind"], []).append(entry["modes"])
-        groups.setdefault("all", []).append(entry["modes"])
+    groups["all"] = [entry["modes"] for entry in rows.values()]
     medians: dict[str, dict[str, dict[str, float]]] = {}
     for kind, entries in groups.items():
         medians[kind] = {}

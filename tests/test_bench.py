@@ -93,6 +93,7 @@ def test_medians_per_kind_and_over_all_prompts() -> None:
         "c1": {"none": _row(10, 9, 0.1, 1.0), "auto": _row(9, 8, 0.1, 0.9)},
     }
     medians = kind_medians(prompts, report)
+    assert list(medians) == ["code_edit", "chat", "all"]
     assert medians["code_edit"]["auto"] == {
         "prompts": 3,
         "decode_tps": 30,

@@ -150,7 +150,7 @@ def kind_medians(
     for p in prompts:
         if p.name in report:
             groups.setdefault(p.kind, []).append(p.name)
-            groups.setdefault(ALL_KINDS, []).append(p.name)
+    groups[ALL_KINDS] = [name for names in groups.values() for name in names]
     medians: dict[str, dict[str, dict[str, float]]] = {}
     for kind, names in groups.items():
         methods = dict.fromkeys(m for name in names for m in report[name])
