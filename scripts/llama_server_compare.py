@@ -123,8 +123,9 @@ def main() -> None:
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    data = report_json(prompts, runs, settings)
+    _print_medians(data["kinds"])
     if args.json:
-        data = report_json(prompts, runs, settings)
         args.json.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
         print(f"wrote {args.json}")
 
@@ -156,6 +157,16 @@ def _print_sample(name: str, mode: str, sample: Sample, plain: Sample) -> None:
         f"drafted {sample.drafted:>4} accepted {sample.accepted:>4}  {same}",
         flush=True,
     )
+
+
+def _print_medians(kinds: dict[str, dict[str, dict[str, float]]]) -> None:
+    print(f"\n{'median per kind':<28} {'mode':<13} {'prompts':>7} {'decode':>7} {'e2e':>7} {'ttft ms':>8}")
+    for kind, modes in kinds.items():
+        for mode, m in modes.items():
+            print(
+                f"{kind[:28]:<28} {mode:<13} {m['prompts']:>7.0f} {m['decode_tps']:>7.2f} "
+                f"{m['e2e_tps']:>7.2f} {m['ttft_s'] * 1000:>8.0f}"
+            )
 
 
 if __name__ == "__main__":
