@@ -143,7 +143,7 @@ def code_writing() -> list[Entry]:
 
 
 def _document(text: Text) -> str:
-    return f'"""\n{text.body}\n"""'
+    return f'"""\n{text.body.strip()}\n"""'
 
 
 def summaries() -> list[Entry]:
