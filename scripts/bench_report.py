@@ -184,6 +184,7 @@ def format_report(comparison: Comparison) -> list[str]:
             for g in GOALS
         )
         lines.append(f"{kind[:39]:<39} {cells}")
+    lines += ["same: localspec none's text equals llama-server plain's (expected with the same loading)"]
     lines += ["", "goals:"] + [f"  {g.describe()}" for g in GOALS]
     lines += [f"  {k}: {g.describe()}" for k, g in KIND_GOALS.items()]
     lines += [f"warning: {w}" for w in comparison.warnings]

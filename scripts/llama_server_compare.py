@@ -1,7 +1,7 @@
 """Run llama.cpp's own server on the bench set: plain, ngram-mod, ngram-simple and a draft model.
 
 llama-server is not part of llama-cpp-python's wheel; build it from the same llama.cpp that
-llama-cpp-python vendors, so both sides run identical kernels (outside the checkout; ~10 minutes
+llama-cpp-python vendors, so both sides run identical kernels (outside the checkout; 10-20 minutes
 on 2 cores; add -DGGML_CUDA=ON for an NVIDIA GPU, then pass --server-args "-ngl 99"):
 
     mkdir -p /tmp/lcp && cd /tmp/lcp
