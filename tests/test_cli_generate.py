@@ -150,22 +150,46 @@ def test_bench_compares_every_method_with_none(
     code, out, err = invoke(*args, "--methods", "draft,ngram", *ONE_THREAD)
     assert code == 0, err
     report = json.loads(out)
-    assert set(report) == {"a", "b"}
-    for rows in report.values():
+    assert report["settings"]["max_tokens"] == 24 and report["settings"]["methods"] == ["draft", "ngram"]
+    assert set(report["prompts"]) == {"a", "b"}
+    for entry in report["prompts"].values():
+        assert entry["kind"] == "other"
+        rows = entry["methods"]
         assert set(rows) == {"none", "draft", "ngram"}
         for row in rows.values():
-            assert row["identical_to_none"] is True
-            for key in ("tokens_per_second", "speedup_vs_none", "acceptance_rate", "mean_k"):
-                assert key in row
+            assert row["identical_to_none"] is True and row["text"] == rows["none"]["text"]
+            assert row["decode_tps"] > 0 and row["e2e_tps"] > 0 and row["ttft_s"] > 0
         assert rows["none"]["speedup_vs_none"] == 1.0
+        ratio = rows["draft"]["decode_tps"] / rows["none"]["decode_tps"]
+        assert rows["draft"]["speedup_vs_none"] == pytest.approx(ratio, rel=1e-3, abs=1e-3)
         assert rows["draft"]["acceptance_rate"] == 1.0
         assert rows["draft"]["k"] == 4 and 1.0 <= rows["draft"]["mean_k"] <= 4.0
         assert (rows["none"]["k"], rows["none"]["mean_k"]) == (0, 0.0)
+    assert set(report["kinds"]) == {"other", "all"}
+    assert report["kinds"]["other"]["draft"]["prompts"] == 2
     table = invoke(*args[: args.index("--json")], *ONE_THREAD, "--methods", "draft", "-k", "2")
     assert table[0] == 0, table[2]
-    header, *lines = table[1].splitlines()
+    header, *lines = table[1].splitlines()[:5]
+    assert header.split()[3:6] == ["decode", "e2e", "ttft"]
     assert header.split()[-3:] == ["mean", "k", "same"] and len(lines) == 4
     assert all(float(line.split()[-2]) <= 2.0 for line in lines)
+    assert "median per kind" in table[1]
+
+
+def test_bench_runs_the_bench_set_format_filtered_by_kind(tmp_path: Path, tiny_target: Path) -> None:
+    entries = [
+        {"name": "e", "kind": "code_edit", "source": "t", "messages": [{"role": "user", "content": "x = 1"}]},
+        {"name": "c", "kind": "chat", "source": "t", "messages": [{"role": "user", "content": "hello"}]},
+    ]
+    prompts = _write(tmp_path / "set.json", json.dumps({"prompts": entries}).encode())
+    args = ["bench", "--target", str(tiny_target), "--prompts", str(prompts), "--max-tokens", "8"]
+    code, out, err = invoke(*args, "--methods", "ngram", "--kinds", "chat", "--json", *ONE_THREAD)
+    assert code == 0, err
+    report = json.loads(out)
+    assert list(report["prompts"]) == ["c"] and report["prompts"]["c"]["kind"] == "chat"
+    code, out, err = invoke(*args, "--kinds", "poetry", *ONE_THREAD)
+    assert code == 2 and "no prompts of kind poetry; this set has code_edit, chat" in err
+    assert "Traceback" not in err + out
 
 
 def test_bench_rejects_an_unknown_method(tiny_target: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 # Importing a command module registers its commands on `cli`.
+from localspec.cli import bench as _bench  # noqa: F401
 from localspec.cli import calibrate as _calibrate  # noqa: F401
 from localspec.cli import chat as _chat  # noqa: F401
 from localspec.cli import generate as _generate  # noqa: F401

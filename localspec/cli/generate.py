@@ -1,11 +1,8 @@
-"""`localspec generate` and `localspec bench`: the engine in-process, from the terminal."""
+"""`localspec generate`: the engine in-process, from the terminal."""
 
 from __future__ import annotations
 
 import json
-import sys
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,7 +10,6 @@ import click
 from localspec.cli.app import cli
 from localspec.cli.options import LoadProgress, model_options, pop_model_settings
 from localspec.types import (
-    METHODS,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
@@ -129,83 +125,3 @@ def _stats_line(result: GenerationResult) -> str:
     if st.fallback_reason:
         line += f"; fell back: {st.fallback_reason}"
     return line
-
-
-@cli.command()
-@model_options
-@click.option(
-    "--prompts",
-    "prompts_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=Path(__file__).resolve().parents[2] / "scripts" / "bench_prompts.json",
-    show_default="scripts/bench_prompts.json",
-    help="JSON object: prompt name -> user message.",
-)
-@click.option("--max-tokens", type=click.IntRange(1), default=128, show_default=True)
-@click.option(
-    "--methods",
-    default="none,draft,ngram,layerskip,auto",
-    show_default=True,
-    help="Comma-separated methods to compare with none.",
-)
-@click.option(
-    "--repeat",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Keep the fastest of N runs (taking turns between methods); spread: fastest against slowest.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print {prompt: {method: {...}}} as JSON.")
-def bench(
-    prompts_file: Path, max_tokens: int, methods: str, repeat: int, as_json: bool, **kwargs: Any
-) -> None:
-    """Run every method on every prompt (greedy) and compare speed and output with `none`."""
-    from localspec.engine.bench import load_prompts, report_json, run_bench
-    from localspec.engine.worker import Engine
-    from localspec.resolve import engine_config
-    from localspec.settings import load_settings
-
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    chosen = [m for m in METHODS if m in names]
-    unknown = [m for m in names if m not in METHODS]
-    if unknown:
-        raise click.BadParameter(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
-    settings = load_settings(**pop_model_settings(kwargs))
-    prompts = load_prompts(prompts_file)
-    total = len(prompts) * len(set(chosen) | {"none"}) * repeat
-    # Every method runs each prompt after `none` did: with a memory of earlier requests, n-gram
-    # would copy none's own output and measure a repeat, not the method.
-    config = replace(engine_config(settings), ngram_memory_tokens=0)
-    with Engine(config, progress=LoadProgress()) as engine:
-        engine.wait_ready()
-        with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
-            report = run_bench(
-                engine,
-                prompts,
-                chosen,
-                max_tokens=max_tokens,
-                k=settings.k,
-                repeat=repeat,
-                on_run=lambda _p, _m: bar.update(1),
-            )
-    if as_json:
-        click.echo(json.dumps(report_json(report), indent=2))
-        return
-    click.echo(
-        f"{'prompt':<18} {'method':<10} {'tok/s':>7} {'spread':>6} {'speedup':>8} "
-        f"{'accept':>7} {'mean k':>6} {'same':>5}"
-    )
-    for name, rows in report.items():
-        for method, row in rows.items():
-            same = "yes" if row.identical_to_none else "NO"
-            click.echo(
-                f"{name:<18} {method:<10} {row.tokens_per_second:>7.1f} {row.spread:>6.0%} "
-                f"{row.speedup_vs_none:>7.2f}x "
-                f"{row.acceptance_rate:>7.0%} {row.mean_k:>6.1f} {same:>5}"
-            )
-    if not settings.exact:
-        click.echo(
-            "(fast loading: outputs may differ from none where the top two logits nearly tie; "
-            "--exact for bit-identity)",
-            err=True,
-        )

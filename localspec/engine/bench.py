@@ -6,25 +6,37 @@ caches; `repeat` > 1 keeps the fastest run of each. Repeats take turns (none,
 auto, none, auto, ...) rather than running back to back: a shared CPU drifts by
 several percent over a minute, and back-to-back repeats charge that drift to
 whichever method ran later.
+
+Three speeds per run, as llama-server reports them, so the two can be compared:
+decode tok/s counts the tokens after the first over the time after the first
+(llama-server's `predicted_per_second`), end-to-end tok/s all tokens over the
+whole request, and time to first token the prompt's evaluation (its `prompt_ms`).
+Speedups are on decode tok/s: the prompt costs every method the same.
 """
 
 from __future__ import annotations
 
-import json
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from localspec.engine.benchset import BenchPrompt, load_bench_set
 from localspec.engine.worker import Engine
-from localspec.errors import UserInputError
-from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Method, SpecParams
+from localspec.types import GenerationRequest, GenerationResult, GenerationStats, Method, SpecParams
+
+# The group of every prompt in the per-kind medians.
+ALL_KINDS = "all"
 
 
 @dataclass(frozen=True)
 class BenchRow:
-    tokens_per_second: float
-    # (fastest - slowest) / fastest over the repeats: how much this machine's noise moves one run.
+    decode_tps: float
+    e2e_tps: float
+    ttft_s: float
+    # (fastest - slowest) / fastest decode tok/s over the repeats: how much noise moves one run.
     spread: float
+    # Decode tok/s over `none`'s on the same prompt.
     speedup_vs_none: float
     acceptance_rate: float
     identical_to_none: bool
@@ -39,22 +51,23 @@ class BenchRow:
     python_share: float
     method_steps: dict[str, int]
     fallback_reason: str | None
+    text: str
 
 
 def load_prompts(path: Path) -> dict[str, str]:
-    """A JSON object mapping prompt names to user messages."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserInputError(f"cannot read prompts file {path}: {exc}") from None
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise UserInputError(f"{path} must be a JSON object mapping names to prompt strings")
-    return data
+    """Prompt name -> its (last) user message, from a file in either bench-set format."""
+    return {p.name: p.messages[-1].content for p in load_bench_set(path)}
+
+
+def decode_tps(stats: GenerationStats) -> float:
+    """Tokens after the first over the time after the first (0 with fewer than two tokens)."""
+    after_first = stats.elapsed_s - stats.ttft_s
+    return (stats.tokens - 1) / after_first if stats.tokens > 1 and after_first > 0 else 0.0
 
 
 def run_bench(
     engine: Engine,
-    prompts: Mapping[str, str],
+    prompts: Sequence[BenchPrompt] | Mapping[str, str],
     methods: Sequence[Method],
     *,
     max_tokens: int,
@@ -68,26 +81,32 @@ def run_bench(
     """
     report: dict[str, dict[str, BenchRow]] = {}
     ordered: list[Method] = ["none", *[m for m in methods if m != "none"]]
-    for name, text in prompts.items():
+    for prompt in as_prompts(prompts):
         runs: dict[str, list[GenerationResult]] = {m: [] for m in ordered}
         for _ in range(max(1, repeat)):
             for method in ordered:
                 if on_run is not None:
-                    on_run(name, method)
-                runs[method].append(engine.generate(_request(text, max_tokens, method, k)))
+                    on_run(prompt.name, method)
+                runs[method].append(engine.generate(_request(prompt, max_tokens, method, k)))
         base = _fastest(runs["none"])
-        report[name] = {m: _row(runs[m], base) for m in ordered if m in methods or m == "none"}
+        report[prompt.name] = {m: _row(runs[m], base) for m in ordered if m in methods or m == "none"}
     return report
 
 
+def as_prompts(prompts: Sequence[BenchPrompt] | Mapping[str, str]) -> list[BenchPrompt]:
+    if isinstance(prompts, Mapping):
+        return [BenchPrompt.user(name, text) for name, text in prompts.items()]
+    return list(prompts)
+
+
 def _fastest(runs: Sequence[GenerationResult]) -> GenerationResult:
-    return max(runs, key=lambda r: r.stats.tokens_per_second)
+    return max(runs, key=lambda r: decode_tps(r.stats))
 
 
-def _request(text: str, max_tokens: int, method: Method, k: int | None) -> GenerationRequest:
+def _request(prompt: BenchPrompt, max_tokens: int, method: Method, k: int | None) -> GenerationRequest:
     # Every run evaluates its prompt from scratch, so methods are compared on equal terms.
     return GenerationRequest(
-        messages=(ChatMessage("user", text),),
+        messages=prompt.messages,
         max_tokens=max_tokens,
         speculative=SpecParams(method, k),
         cache_prompt=False,
@@ -97,14 +116,15 @@ def _request(text: str, max_tokens: int, method: Method, k: int | None) -> Gener
 def _row(runs: Sequence[GenerationResult], base: GenerationResult) -> BenchRow:
     result = _fastest(runs)
     st = result.stats
-    speed = st.tokens_per_second
-    slowest = min(r.stats.tokens_per_second for r in runs)
+    speed = decode_tps(st)
+    slowest = min(decode_tps(r.stats) for r in runs)
+    base_speed = decode_tps(base.stats)
     return BenchRow(
-        tokens_per_second=round(speed, 2),
+        decode_tps=round(speed, 2),
+        e2e_tps=round(st.tokens_per_second, 2),
+        ttft_s=round(st.ttft_s, 4),
         spread=round(1 - slowest / speed, 3) if speed else 0.0,
-        speedup_vs_none=round(speed / base.stats.tokens_per_second, 3)
-        if base.stats.tokens_per_second
-        else 0.0,
+        speedup_vs_none=round(speed / base_speed, 3) if base_speed else 0.0,
         acceptance_rate=round(st.acceptance_rate, 3),
         identical_to_none=result.token_ids == base.token_ids,
         tokens=st.tokens,
@@ -118,8 +138,51 @@ def _row(runs: Sequence[GenerationResult], base: GenerationResult) -> BenchRow:
         python_share=round(st.python_s / st.elapsed_s, 4) if st.elapsed_s else 0.0,
         method_steps=dict(st.method_steps),
         fallback_reason=st.fallback_reason,
+        text=result.text,
     )
 
 
-def report_json(report: Mapping[str, Mapping[str, BenchRow]]) -> dict[str, dict[str, dict[str, object]]]:
-    return {name: {m: asdict(row) for m, row in rows.items()} for name, rows in report.items()}
+def kind_medians(
+    prompts: Sequence[BenchPrompt], report: Mapping[str, Mapping[str, BenchRow]]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """{kind: {method: medians of decode/e2e tok/s, TTFT and decode speedup}}, plus every prompt as `all`."""
+    groups: dict[str, list[str]] = {}
+    for p in prompts:
+        if p.name in report:
+            groups.setdefault(p.kind, []).append(p.name)
+    groups[ALL_KINDS] = [name for names in groups.values() for name in names]
+    medians: dict[str, dict[str, dict[str, float]]] = {}
+    for kind, names in groups.items():
+        methods = dict.fromkeys(m for name in names for m in report[name])
+        medians[kind] = {m: _medians([report[n][m] for n in names if m in report[n]]) for m in methods}
+    return medians
+
+
+def _medians(rows: Sequence[BenchRow]) -> dict[str, float]:
+    def median(field: str) -> float:
+        return round(statistics.median(getattr(r, field) for r in rows), 4)
+
+    fields = ("decode_tps", "e2e_tps", "ttft_s", "speedup_vs_none")
+    return {"prompts": len(rows), **{f: median(f) for f in fields}}
+
+
+def report_json(
+    prompts: Sequence[BenchPrompt] | Mapping[str, str],
+    report: Mapping[str, Mapping[str, BenchRow]],
+    settings: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """The whole report: settings, each prompt's kind, source and rows, and the medians per kind."""
+    listed = as_prompts(prompts)
+    return {
+        "settings": dict(settings or {}),
+        "prompts": {
+            p.name: {
+                "kind": p.kind,
+                "source": p.source,
+                "methods": {m: asdict(r) for m, r in report[p.name].items()},
+            }
+            for p in listed
+            if p.name in report
+        },
+        "kinds": kind_medians(listed, report),
+    }
