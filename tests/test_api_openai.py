@@ -199,3 +199,19 @@ def test_unknown_model_is_404(uds_openai: openai.OpenAI) -> None:
     body: Any = info.value.body
     assert body["code"] == "model_not_found"
     assert body["param"] == "model"
+
+
+def test_routes_without_v1_as_llama_server_serves_them(daemon: Daemon) -> None:
+    """Clients configured with the bare base URL (llama-server's) call /chat/completions and /models."""
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
+    client = openai.OpenAI(base_url="http://localhost", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
+    with client:
+        assert [m.id for m in client.models.list()] == ["tiny-target"]
+        chat = client.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=8, temperature=0)
+        text = client.completions.create(model="tiny-target", prompt="the model", max_tokens=8, temperature=0)
+        with_v1 = http.post(
+            "http://localhost/v1/chat/completions",
+            json={"model": "tiny-target", "messages": CHAT, "max_tokens": 8, "temperature": 0},
+        ).json()
+    assert chat.choices[0].message.content == with_v1["choices"][0]["message"]["content"]
+    assert text.choices[0].text

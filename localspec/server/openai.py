@@ -1,4 +1,8 @@
-"""OpenAI's routes: `/v1/chat/completions`, `/v1/completions` (with `suffix` for FIM), `/v1/models`."""
+"""OpenAI's routes: `/v1/chat/completions`, `/v1/completions` (with `suffix` for FIM), `/v1/models`.
+
+Each is served without the `/v1` prefix too, as llama-server does: clients configured with a
+bare base URL (`http://localhost:8012`) call `/chat/completions`.
+"""
 
 from __future__ import annotations
 
@@ -133,9 +137,14 @@ async def get_model(request: Request) -> Response:
     )
 
 
+_ROUTES = [
+    ("/models", list_models, "GET"),
+    ("/models/{model:path}", get_model, "GET"),
+    ("/chat/completions", chat_completions, "POST"),
+    ("/completions", completions, "POST"),
+]
 ROUTES = [
-    Route("/v1/models", list_models, methods=["GET"]),
-    Route("/v1/models/{model:path}", get_model, methods=["GET"]),
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/completions", completions, methods=["POST"]),
+    Route(prefix + path, endpoint, methods=[method])
+    for prefix in ("/v1", "")
+    for path, endpoint, method in _ROUTES
 ]
