@@ -220,6 +220,12 @@ class LlamaModel:
         )
         return None if min(ids) < 0 else (int(ids[0]), int(ids[1]), int(ids[2]))
 
+    def fim_repo_tokens(self) -> tuple[int | None, int | None]:
+        """(repository name, file separator) token ids, each None when the model has none."""
+        rep = llama_cpp.llama_vocab_fim_rep(self._vocab)
+        sep = llama_cpp.llama_vocab_fim_sep(self._vocab)
+        return (int(rep) if rep >= 0 else None, int(sep) if sep >= 0 else None)
+
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
         n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))

@@ -272,6 +272,7 @@ class Engine:
             k=k,
             cancel=job.cancelled,
             reuse=reuse,
+            time_limit_s=req.time_limit_s,
         )
         gen.stats.fallback_reason = reason
         for chunk in gen.run():

@@ -34,6 +34,8 @@ def stats_fields(stats: GenerationStats) -> dict[str, Any]:
     timings = {
         "prompt_n": stats.prompt_tokens,
         "prompt_ms": round(stats.ttft_s * 1000, 3),
+        "prompt_per_token_ms": round(stats.ttft_s * 1000 / max(stats.prompt_tokens, 1), 3),
+        "prompt_per_second": round(stats.prompt_tokens / stats.ttft_s, 3) if stats.ttft_s > 0 else 0.0,
         "predicted_n": stats.tokens,
         "predicted_ms": round(stats.elapsed_s * 1000, 3),
         "predicted_per_token_ms": round(gen_s * 1000 / max(stats.tokens - 1, 1), 3),

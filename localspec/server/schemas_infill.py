@@ -1,0 +1,122 @@
+"""llama-server's `/infill` body (what llama.vim and llama.vscode send) and its engine request.
+
+llama-server's own sampling defaults apply (temperature 0.8, top-k 40, top-p 0.95,
+min-p 0.05); `samplers` names the ones that run, so a chain without "temperature"
+samples the truncated distribution as it is, as llama-server's chain does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from localspec.errors import UserInputError
+from localspec.server.schemas import MAX_STOP, SpeculativeOptions, _Body, spec_params, stop_strings
+from localspec.types import FileChunk, GenerationRequest, SamplingParams, SpecParams
+
+# llama-server's sampler names (and one-letter forms) that localspec applies; the rest are
+# accepted and have no effect here ("infill" merges tokens sharing a prefix; localspec does not).
+_APPLIED = {"top_k": "top_k", "k": "top_k", "top_p": "top_p", "p": "top_p", "min_p": "min_p", "m": "min_p",
+            "temperature": "temperature", "t": "temperature"}  # fmt: skip
+_ACCEPTED = {"infill", "i", "typ_p", "typical_p", "y", "xtc", "x", "dry", "d", "penalties", "e",
+             "top_n_sigma", "s"}  # fmt: skip
+MAX_EXTRA_CHUNKS = 256
+
+
+class ExtraChunk(_Body):
+    """One piece of another file; llama.vim adds a `time` that only it reads."""
+
+    text: str
+    filename: str = "tmp"
+
+
+class InfillBody(_Body):
+    """POST /infill: code completion at the cursor, as llama-server takes it."""
+
+    model: str | None = None
+    input_prefix: str = Field("", description="The file's text before the cursor's line (or all of it).")
+    prompt: str = Field("", description="Text after input_prefix, before the cursor (the current line).")
+    input_suffix: str = Field("", description="The file's text after the cursor.")
+    input_extra: list[ExtraChunk] = Field(default_factory=list, max_length=MAX_EXTRA_CHUNKS)
+    n_predict: int = Field(
+        -1, ge=-1, description="-1: until EOS or the context is full; 0: only warm the cache."
+    )
+    t_max_predict_ms: int = Field(0, ge=0, description="Stop at a newline once generation ran this long.")
+    t_max_prompt_ms: int | None = Field(None, description="Accepted; llama-server ignores it too.")
+    cache_prompt: bool = True
+    samplers: list[str] | str | None = None
+    temperature: float = Field(0.8, ge=0.0, le=5.0)
+    top_k: int = Field(40, ge=0)
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    seed: int | None = None
+    stop: list[str] | None = Field(None, max_length=MAX_STOP)
+    stream: bool = False
+    response_fields: list[str] | None = Field(None, description="Only these (`a/b` for nested) fields.")
+    n_cmpl: int = Field(1, ge=1, description="Completions per request; only 1.")
+    n_indent: int = Field(0, ge=0, description="Accepted; not applied by localspec.")
+    speculative: SpeculativeOptions | None = None
+
+    @model_validator(mode="after")
+    def _one_completion(self) -> InfillBody:
+        if self.n_cmpl > 1:
+            raise ValueError("only one completion per request is supported (n_cmpl 1)")
+        return self
+
+    def sampler_names(self) -> set[str] | None:
+        """The samplers that run, by their full names; None: llama-server's default chain (all)."""
+        if self.samplers is None:
+            return None
+        names = list(self.samplers) if isinstance(self.samplers, str) else self.samplers
+        unknown = [n for n in names if n not in _APPLIED and n not in _ACCEPTED]
+        if unknown:
+            raise UserInputError(f"unknown sampler {unknown[0]!r} in samplers", param="samplers")
+        return {_APPLIED[n] for n in names if n in _APPLIED}
+
+    def sampling(self) -> SamplingParams:
+        on = self.sampler_names()
+        runs = lambda name: on is None or name in on  # noqa: E731
+        seed = self.seed if self.seed is not None and self.seed >= 0 else None
+        return SamplingParams(
+            # Without a temperature sampler the chain samples at 1, the distribution as it is.
+            temperature=self.temperature if runs("temperature") else 1.0,
+            top_k=self.top_k if runs("top_k") else 0,
+            top_p=self.top_p if runs("top_p") else 1.0,
+            min_p=self.min_p if runs("min_p") else 0.0,
+            seed=seed,
+        )
+
+
+def infill_request(body: InfillBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
+    """The cursor's text as a fill-in-the-middle request; the current line continues the prefix."""
+    extra = tuple(FileChunk(c.filename, c.text) for c in body.input_extra)
+    limit = unlimited if body.n_predict < 0 else body.n_predict
+    time_limit = body.t_max_predict_ms / 1000 if body.t_max_predict_ms > 0 else None
+    return GenerationRequest(
+        prompt=body.input_prefix + body.prompt,
+        suffix=body.input_suffix,
+        extra=extra,
+        max_tokens=limit,
+        time_limit_s=time_limit,
+        stop=stop_strings(body.stop),
+        sampling=body.sampling(),
+        speculative=spec_params(body.speculative, spec),
+        cache_prompt=body.cache_prompt,
+    )
+
+
+def pick_fields(body: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:
+    """llama-server's `response_fields`: only the named fields, nested ones keyed by their path."""
+    if fields is None:
+        return body
+    out: dict[str, Any] = {}
+    for path in fields:
+        value: Any = body
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
