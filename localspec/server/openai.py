@@ -113,7 +113,7 @@ async def completions(request: Request) -> Response:
     state = server_state(request)
     body = parse_body(await request.body(), CompletionBody)
     model = state.resolve_model(body.model)
-    greq = completion_request(body, state.spec_default)
+    greq = completion_request(body, state.spec_default, state.unlimited)
     fmt = OpenAIFormat(model, chat=False, include_usage=body.include_usage())
     return await respond(await state.start(request, greq), body.stream, fmt)
 

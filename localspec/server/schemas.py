@@ -63,7 +63,10 @@ class OpenAIMessage(_Body):
 
 class _OpenAISampling(_Body):
     model: str = Field(..., min_length=1, description="The loaded target's name, or `localspec`.")
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=-1, description="-1 (llama.cpp): until the context is full.")
+    n_predict: int | None = Field(
+        None, ge=-1, description="llama.cpp extension: max_tokens' other name; 0 only reads the prompt."
+    )
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, ge=0.0, le=1.0)
     top_k: int = Field(0, ge=0, description="llama.cpp extension; 0 = off.")
@@ -88,6 +91,15 @@ class _OpenAISampling(_Body):
     def check_supported(self) -> None:
         if self.logprobs:
             raise UserInputError("logprobs are not supported by localspec", param="logprobs")
+        if self.max_tokens == 0:
+            raise UserInputError("max_tokens must be at least 1 (or -1: no limit)", param="max_tokens")
+
+    def limit(self, default: int, unlimited: int, first: int | None = None) -> int:
+        """Tokens to generate: the first of `first`, max_tokens, n_predict given; negative = no limit."""
+        given = next((n for n in (first, self.max_tokens, self.n_predict) if n is not None), None)
+        if given is None:
+            return default
+        return unlimited if given < 0 else given
 
 
 class ChatCompletionBody(_OpenAISampling):
@@ -238,22 +250,21 @@ def spec_params(options: SpeculativeOptions | None, default: SpecParams) -> Spec
 def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     """A chat completion as an engine request; no max_tokens means until the context is full."""
     body.check_supported()
-    limit = body.max_completion_tokens or body.max_tokens or unlimited
     return GenerationRequest(
         messages=tuple(m.to_message() for m in body.messages),
-        max_tokens=limit,
+        max_tokens=body.limit(unlimited, unlimited, body.max_completion_tokens),
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
     )
 
 
-def completion_request(body: CompletionBody, spec: SpecParams) -> GenerationRequest:
+def completion_request(body: CompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     body.check_supported()
     return GenerationRequest(
         prompt=body.prompt_text(),
         suffix=body.suffix,
-        max_tokens=body.max_tokens or OPENAI_COMPLETIONS_MAX_TOKENS,
+        max_tokens=body.limit(OPENAI_COMPLETIONS_MAX_TOKENS, unlimited),
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
