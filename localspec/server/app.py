@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from localspec import __version__
 from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError
-from localspec.server import infill, ollama, openai
+from localspec.server import infill, ollama, ollama_models, ollama_pull, openai
 from localspec.server.config import ApiConfig
 from localspec.server.responses import error_response
 from localspec.server.schemas import openapi_schema
@@ -115,6 +115,8 @@ ROUTES = [
     Route("/openapi.json", openapi, methods=["GET"]),
     *openai.ROUTES,
     *ollama.ROUTES,
+    *ollama_models.ROUTES,
+    *ollama_pull.ROUTES,
     *infill.ROUTES,
 ]
 

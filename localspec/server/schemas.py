@@ -9,9 +9,10 @@ structured output, images, n > 1) are refused rather than silently dropped.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.json_schema import models_json_schema
 
 from localspec.errors import UserInputError
@@ -22,6 +23,8 @@ MAX_STOP = 16
 OPENAI_COMPLETIONS_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
 # Ollama's documented sampling defaults, so Ollama clients get the output they expect.
 OLLAMA_DEFAULTS = SamplingParams(temperature=0.8, top_k=40, top_p=0.9)
+# keep_alive as Ollama parses it: a plain number of seconds, or a Go duration ("5m", "1h30m", "-1s").
+GO_DURATION = re.compile(r"^-?(\d+(\.\d+)?|(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+)$")
 
 
 class _Body(BaseModel):
@@ -146,6 +149,16 @@ class OllamaOptions(_Body):
     seed: int | None = None
     num_predict: int | None = Field(None, ge=-2, description="-1 or -2: until the context is full.")
     stop: list[str] | None = Field(None, max_length=MAX_STOP)
+    num_ctx: int | None = Field(None, ge=1, description="At most the context the daemon serves.")
+
+    def check_context(self, served: int) -> None:
+        """The daemon runs one context size; a request for a larger one cannot be met."""
+        if self.num_ctx is not None and self.num_ctx > served:
+            raise UserInputError(
+                f"options.num_ctx {self.num_ctx} is larger than the {served}-token context this daemon "
+                f"serves; ask for at most {served}, or restart it with --ctx {self.num_ctx}",
+                param="options.num_ctx",
+            )
 
     def sampling(self) -> SamplingParams:
         d = OLLAMA_DEFAULTS
@@ -170,7 +183,17 @@ class _OllamaBody(_Body):
     stream: bool = Field(True, description="Ollama streams unless told not to.")
     options: OllamaOptions = Field(default_factory=lambda: OllamaOptions.model_validate({}))
     format: str | dict[str, Any] | None = None
+    keep_alive: float | str | None = Field(
+        None, description="Accepted (a number of seconds or a duration like 5m); the model stays loaded."
+    )
     speculative: SpeculativeOptions | None = None
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _duration(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, str) and not GO_DURATION.match(value.strip()):
+            raise ValueError(f"{value!r} is neither a number of seconds nor a duration like 5m or 1h30m")
+        return value
 
     def check_supported(self) -> None:
         if self.format:
@@ -278,6 +301,7 @@ def _ollama_limit(options: OllamaOptions, unlimited: int) -> int:
 
 def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     body.check_supported()
+    body.options.check_context(unlimited)
     return GenerationRequest(
         messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
         max_tokens=_ollama_limit(body.options, unlimited),
@@ -290,6 +314,7 @@ def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) 
 def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     """As Ollama does: a suffix means fill-in-the-middle, `raw` the bare prompt, else the chat template."""
     body.check_supported()
+    body.options.check_context(unlimited)
     prompt = body.prompt or ""
     common: dict[str, Any] = {
         "max_tokens": _ollama_limit(body.options, unlimited),

@@ -23,6 +23,7 @@ from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError
 from localspec.models.gguf_info import GGUFInfo
 from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
+from localspec.server.ollama_info import names_model
 from localspec.types import GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
 
@@ -52,6 +53,9 @@ class ServerState:
         """The served model's name for a requested one. Names are compared, never opened as paths."""
         base = name.removesuffix(":latest")
         if base in (self.model_name, self.engine.config.target.name, self.config.alias):
+            return self.model_name
+        # An Ollama-style `family:tag` (qwen2.5-coder:1.5b), matched against the GGUF's own metadata.
+        if ":" in name and names_model(self.gguf_info(), name):
             return self.model_name
         served = f"{self.model_name!r} (alias {self.config.alias!r})"
         raise ModelNotFoundError(f"model {name!r} is not loaded; this daemon serves {served}", param="model")
