@@ -140,3 +140,4 @@ class GenerationResult:
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
     stats: GenerationStats
+    stop_string: str | None = None  # the request's stop string that ended it, if one did

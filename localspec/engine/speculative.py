@@ -339,7 +339,9 @@ class Generation:
         st.mean_accepted_length = st.accepted / drafted_steps if drafted_steps else 0.0
         st.mean_k = self._drafted_total / drafted_steps if drafted_steps else 0.0
         st.python_s = max(0.0, st.elapsed_s - st.target_s - st.draft_s)
-        self.result = GenerationResult(self.stream.text, tuple(self.generated), self.finish or "stop", st)
+        self.result = GenerationResult(
+            self.stream.text, tuple(self.generated), self.finish or "stop", st, self.stream.matched
+        )
 
 
 def _near_tie(row: npt.NDArray[np.float32], choice: int) -> bool:

@@ -20,6 +20,7 @@ class TextStream:
         self._pending = ""
         self.text = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text, once one has
 
     def push(self, piece: bytes) -> str:
         """Add a token's bytes; return the newly final text ("" while a character or stop is unresolved)."""
@@ -53,8 +54,11 @@ class TextStream:
     def _first_stop(self) -> int | None:
         # Search the tail of the released text too: a stop string may straddle the boundary only
         # in pending text, because released text never ends with a stop-string prefix.
-        hits = [i for i in (self._pending.find(s) for s in self._stop) if i >= 0]
-        return min(hits) if hits else None
+        hits = [(i, s) for i, s in ((self._pending.find(s), s) for s in self._stop) if i >= 0]
+        if not hits:
+            return None
+        cut, self.matched = min(hits, key=lambda hit: hit[0])
+        return cut
 
     def _held_suffix(self) -> int:
         """Length of the longest suffix of pending text that is a proper prefix of a stop string."""
