@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from localspec import __version__
 from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError
-from localspec.server import anthropic, infill, ollama, ollama_models, ollama_pull, openai
+from localspec.server import anthropic, infill, ollama, ollama_models, ollama_pull, openai, responses_api
 from localspec.server.config import ApiConfig
 from localspec.server.responses import Api, error_response
 from localspec.server.schemas import openapi_schema
@@ -123,6 +123,7 @@ ROUTES = [
     *ollama_pull.ROUTES,
     *infill.ROUTES,
     *anthropic.ROUTES,
+    *responses_api.ROUTES,
 ]
 
 

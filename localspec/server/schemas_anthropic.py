@@ -12,11 +12,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from localspec.errors import UserInputError
+from localspec.server.refusals import NO_TOOLS, NO_VISION
 from localspec.server.schemas import MAX_STOP, SpeculativeOptions, _Body, spec_params, stop_strings
 from localspec.types import ChatMessage, GenerationRequest, SamplingParams, SpecParams
-
-NO_VISION = "this model has no vision projector; send text content only"
-NO_TOOLS = "tools are not supported yet by localspec"
 
 
 class ContentBlock(_Body):
