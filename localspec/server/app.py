@@ -21,7 +21,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from localspec import __version__
 from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError
-from localspec.server import anthropic, infill, ollama, ollama_models, ollama_pull, openai, responses_api
+from localspec.server import (
+    anthropic,
+    embeddings,
+    infill,
+    ollama,
+    ollama_models,
+    ollama_pull,
+    openai,
+    responses_api,
+)
 from localspec.server.config import ApiConfig
 from localspec.server.responses import Api, error_response
 from localspec.server.schemas import openapi_schema
@@ -124,6 +133,7 @@ ROUTES = [
     *infill.ROUTES,
     *anthropic.ROUTES,
     *responses_api.ROUTES,
+    *embeddings.ROUTES,
 ]
 
 

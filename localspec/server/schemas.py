@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.json_schema import models_json_schema
 
 from localspec.errors import UserInputError
+from localspec.server.refusals import NO_VISION, ONE_CHOICE
 from localspec.types import ChatMessage, GenerationRequest, Method, SamplingParams, SpecParams
 
 M = TypeVar("M", bound=BaseModel)
@@ -49,8 +50,19 @@ class StreamOptions(_Body):
 
 
 class TextPart(_Body):
-    type: Literal["text"] = "text"
-    text: str
+    """A content part; only text parts carry what this daemon reads."""
+
+    type: str = "text"
+    text: str | None = None
+
+    def checked_text(self) -> str:
+        if self.type in ("image_url", "input_audio", "file"):
+            raise UserInputError(f"{self.type} content: {NO_VISION}", param="messages")
+        if self.type != "text" or self.text is None:
+            raise UserInputError(
+                f"{self.type!r} content parts are not supported; send text", param="messages"
+            )
+        return self.text
 
 
 class OpenAIMessage(_Body):
@@ -59,7 +71,7 @@ class OpenAIMessage(_Body):
 
     def to_message(self) -> ChatMessage:
         content = self.content
-        text = "".join(p.text for p in content) if isinstance(content, list) else (content or "")
+        text = "".join(p.checked_text() for p in content) if isinstance(content, list) else (content or "")
         # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
         return ChatMessage("system" if self.role == "developer" else self.role, text)
 
@@ -78,7 +90,7 @@ class _OpenAISampling(_Body):
     stop: str | list[str] | None = Field(None, max_length=MAX_STOP)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="Only one choice per request.")
+    n: int = Field(1, ge=1, description="Only one choice per request.")
     logprobs: bool | None = Field(None, description="Not supported; must be absent or false.")
     speculative: SpeculativeOptions | None = None
 
@@ -94,6 +106,8 @@ class _OpenAISampling(_Body):
     def check_supported(self) -> None:
         if self.logprobs:
             raise UserInputError("logprobs are not supported by localspec", param="logprobs")
+        if self.n > 1:
+            raise UserInputError(ONE_CHOICE, param="n")
         if self.max_tokens == 0:
             raise UserInputError("max_tokens must be at least 1 (or -1: no limit)", param="max_tokens")
 
@@ -211,7 +225,7 @@ class OllamaChatBody(_OllamaBody):
         if self.tools:
             raise UserInputError("tools are not supported by localspec", param="tools")
         if any(m.images for m in self.messages):
-            raise UserInputError("images are not supported by localspec", param="messages")
+            raise UserInputError(f"images: {NO_VISION}", param="messages")
 
 
 class OllamaGenerateBody(_OllamaBody):
@@ -226,7 +240,7 @@ class OllamaGenerateBody(_OllamaBody):
     def check_supported(self) -> None:
         super().check_supported()
         if self.images:
-            raise UserInputError("images are not supported by localspec", param="images")
+            raise UserInputError(f"images: {NO_VISION}", param="images")
 
 
 class OllamaShowBody(_Body):
