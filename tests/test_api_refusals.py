@@ -26,9 +26,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Itera
 @pytest.fixture
 def oai(daemon: Daemon) -> Iterator[openai.OpenAI]:
     http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    c = openai.OpenAI(
-        base_url="http://localhost/v1", api_key="on-the-socket", http_client=http, max_retries=0
-    )  # type: ignore[arg-type]
+    # openai types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
+    c = openai.OpenAI(base_url="http://localhost/v1", api_key="socket", http_client=http, max_retries=0)  # type: ignore[arg-type]
     with c:
         yield c
 
