@@ -75,12 +75,18 @@ class InfillFormat:
             "generation_settings": {"n_ctx": self.n_ctx, "model": self.model},
             "has_new_line": "\n" in result.text,
             "truncated": False,
-            "stop_type": "limit" if result.finish_reason == "length" else "eos",
-            "stopping_word": "",
+            "stop_type": _stop_type(result),
+            "stopping_word": result.stop_string or "",
             # What the cache holds afterwards, so the next request that shares it starts there.
             "tokens_cached": stats.prompt_tokens + max(stats.tokens - 1, 0),
             **stats_fields(stats),
         }
+
+
+def _stop_type(result: GenerationResult) -> str:
+    if result.finish_reason == "length":
+        return "limit"
+    return "word" if result.stop_string is not None else "eos"
 
 
 def _check_fim(state: ServerState) -> None:
