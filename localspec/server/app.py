@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -34,6 +35,9 @@ from localspec.server import (
 from localspec.server.config import ApiConfig
 from localspec.server.responses import Api, error_response
 from localspec.server.schemas import openapi_schema
+from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody
+from localspec.server.schemas_infill import InfillBody
+from localspec.server.schemas_responses import ResponsesBody
 from localspec.server.security import SecurityMiddleware, SecurityPolicy
 from localspec.server.state import ServerState, server_state
 
@@ -122,6 +126,15 @@ class CountRequests:
         await self.app(scope, receive, counting_send)
 
 
+# The bodies of the APIs whose schemas live beside their routes. /api/pull is left out: it
+# downloads, and a fuzzer should not.
+MORE_BODIES: dict[tuple[str, str], type[BaseModel]] = {
+    ("post", "/infill"): InfillBody,
+    ("post", "/v1/messages"): MessagesBody,
+    ("post", "/v1/messages/count_tokens"): CountTokensBody,
+    ("post", "/v1/responses"): ResponsesBody,
+}
+
 ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
@@ -155,5 +168,5 @@ def make_app(engine: Engine, config: ApiConfig | None = None) -> Starlette:
         },
     )
     app.state.localspec = state
-    app.state.openapi = openapi_schema(__version__)
+    app.state.openapi = openapi_schema(__version__, MORE_BODIES, ("/api/ps",))
     return app

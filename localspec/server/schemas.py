@@ -371,17 +371,23 @@ _ERROR_SCHEMA = {
 }
 
 
-def openapi_schema(version: str) -> dict[str, Any]:
-    """OpenAPI 3.1 for every route, request bodies from the pydantic models above."""
+def openapi_schema(
+    version: str,
+    more_bodies: dict[tuple[str, str], type[BaseModel]] | None = None,
+    more_gets: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """OpenAPI 3.1 for every route: the bodies above, plus those of APIs defined in their own modules."""
+    bodies = {**REQUEST_BODIES, **(more_bodies or {})}
     _, defs = models_json_schema(
-        [(m, "validation") for m in REQUEST_BODIES.values()], ref_template="#/components/schemas/{model}"
+        [(m, "validation") for m in bodies.values()], ref_template="#/components/schemas/{model}"
     )
     errors = {
         str(code): {"description": why, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
         for code, why in ((400, "bad request"), (404, "unknown model"), (413, "body too large"))
     }
-    paths: dict[str, Any] = {p: {"get": {"responses": {"200": {"description": "OK"}}}} for p in GET_ROUTES}
-    for (method, path), model in REQUEST_BODIES.items():
+    gets = (*GET_ROUTES, *more_gets)
+    paths: dict[str, Any] = {p: {"get": {"responses": {"200": {"description": "OK"}}}} for p in gets}
+    for (method, path), model in bodies.items():
         body = {"$ref": f"#/components/schemas/{model.__name__}"}
         paths[path] = {
             method: {
