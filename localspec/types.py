@@ -66,6 +66,8 @@ class GenerationRequest:
     other files' text placed before it. `max_tokens` 0 only reads the prompt into the cache
     (an editor's warm-up). `time_limit_s` stops generation once it has run that long and has
     written a newline (llama-server's t_max_predict_ms: a completion ends on a whole line).
+    `min_indent` ends the text before a new line indented by fewer spaces or tabs (llama-server's
+    n_indent: a completion stays inside the block it started in).
     """
 
     messages: tuple[ChatMessage, ...] = ()
@@ -74,6 +76,7 @@ class GenerationRequest:
     extra: tuple[FileChunk, ...] = ()
     max_tokens: int = 256
     time_limit_s: float | None = None
+    min_indent: int = 0
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     speculative: SpecParams = field(default_factory=SpecParams)

@@ -85,3 +85,15 @@ def test_time_limit_ends_at_a_line_end(daemon: Daemon) -> None:
     # Past 1 ms of generation, the first newline ends it: nothing but whitespace after it.
     assert "\n" in content and content.split("\n", 1)[1].strip() == "", content
     assert out["stop_type"] == "limit" and out["tokens_predicted"] < 200
+
+
+def test_n_indent_keeps_the_completion_inside_its_block(daemon: Daemon) -> None:
+    body = {"input_prefix": "class Point:\n    def __init__(self, x, y):\n", "prompt": "        ",
+            "input_suffix": "\n", "n_predict": 96, "temperature": 0}  # fmt: skip
+    with daemon.http() as http:
+        free = http.post("/infill", json=body).json()["content"]
+        kept = http.post("/infill", json={**body, "n_indent": 8}).json()["content"]
+    shallow = [line for line in free.split("\n")[1:] if line.strip() and len(line) - len(line.lstrip()) < 8]
+    assert shallow, free  # left alone, the model goes on past the constructor
+    assert free.startswith(kept) and len(kept) < len(free)
+    assert all(len(line) - len(line.lstrip()) >= 8 for line in kept.split("\n")[1:] if line), kept

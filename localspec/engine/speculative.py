@@ -124,6 +124,7 @@ class Generation:
         cancel: threading.Event | None = None,
         reuse: int = 0,
         time_limit_s: float | None = None,
+        min_indent: int = 0,
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
 
@@ -142,7 +143,7 @@ class Generation:
         self.policy = policy
         self.cancel = cancel or threading.Event()
         self.rng = np.random.default_rng(params.seed)
-        self.stream = TextStream(stop)
+        self.stream = TextStream(stop, min_indent)
         # The last prompt token is always decoded again: its logits choose the first token.
         self.reuse = max(0, min(reuse, len(prompt) - 1))
         self.stats = GenerationStats(

@@ -283,6 +283,7 @@ class Engine:
             cancel=job.cancelled,
             reuse=reuse,
             time_limit_s=req.time_limit_s,
+            min_indent=req.min_indent,
         )
         gen.stats.fallback_reason = reason
         for chunk in gen.run():

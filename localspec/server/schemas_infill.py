@@ -55,7 +55,7 @@ class InfillBody(_Body):
     stream: bool = False
     response_fields: list[str] | None = Field(None, description="Only these (`a/b` for nested) fields.")
     n_cmpl: int = Field(1, ge=1, description="Completions per request; only 1.")
-    n_indent: int = Field(0, ge=0, description="Accepted; not applied by localspec.")
+    n_indent: int = Field(0, ge=0, description="End before a new line indented less than this.")
     speculative: SpeculativeOptions | None = None
 
     @model_validator(mode="after")
@@ -99,6 +99,7 @@ def infill_request(body: InfillBody, spec: SpecParams, unlimited: int) -> Genera
         extra=extra,
         max_tokens=limit,
         time_limit_s=time_limit,
+        min_indent=body.n_indent,
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
