@@ -231,3 +231,18 @@ def test_infill_without_fim_tokens_is_refused(tmp_path: Path, tiny_target: Path)
         assert "no fill-in-the-middle tokens" in response.json()["error"]["message"]
     finally:
         assert d.stop() == 0, d.log()
+
+
+def test_native_completion_equals_openai_completions(daemon: Daemon) -> None:
+    """llama-server's /completion (Continue's llama.cpp provider): a raw prompt, llama-server's answer."""
+    native = {"prompt": "the cat is", "n_predict": 10, "temperature": 0, "stop": ["never"]}
+    oai = {"model": "tiny-repo-fim", "prompt": "the cat is", "max_tokens": 10, "temperature": 0}
+    with daemon.http() as http:
+        whole = http.post("/completion", json=native).json()
+        with http.stream("POST", "/completion", json={**native, "stream": True}) as response:
+            frames = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+        expected = http.post("/v1/completions", json=oai).json()["choices"][0]["text"]
+        probe = http.get("/")
+    assert whole["content"] == expected and whole["tokens_predicted"] == 10 and whole["stop_type"] == "limit"
+    assert "".join(f["content"] for f in frames) == expected and frames[-1]["stop"] is True
+    assert probe.status_code == 200 and "localspec is running" in probe.text

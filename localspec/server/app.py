@@ -25,7 +25,7 @@ from localspec.errors import LocalspecError
 from localspec.server import (
     anthropic,
     embeddings,
-    infill,
+    llamaserver,
     ollama,
     ollama_models,
     ollama_pull,
@@ -36,12 +36,17 @@ from localspec.server.config import ApiConfig
 from localspec.server.responses import Api, error_response
 from localspec.server.schemas import openapi_schema
 from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody
-from localspec.server.schemas_infill import InfillBody
+from localspec.server.schemas_llamaserver import InfillBody, NativeCompletionBody
 from localspec.server.schemas_responses import ResponsesBody
 from localspec.server.security import SecurityMiddleware, SecurityPolicy
 from localspec.server.state import ServerState, server_state
 
 log = logging.getLogger("localspec.api")
+
+
+async def root(request: Request) -> Response:
+    # Ollama clients probe `/` to see whether a server is up before they call anything else.
+    return PlainTextResponse("localspec is running (OpenAI, Ollama, Anthropic and llama-server APIs)")
 
 
 async def health(request: Request) -> Response:
@@ -130,12 +135,14 @@ class CountRequests:
 # downloads, and a fuzzer should not.
 MORE_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/infill"): InfillBody,
+    ("post", "/completion"): NativeCompletionBody,
     ("post", "/v1/messages"): MessagesBody,
     ("post", "/v1/messages/count_tokens"): CountTokensBody,
     ("post", "/v1/responses"): ResponsesBody,
 }
 
 ROUTES = [
+    Route("/", root, methods=["GET", "HEAD"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
@@ -143,7 +150,7 @@ ROUTES = [
     *ollama.ROUTES,
     *ollama_models.ROUTES,
     *ollama_pull.ROUTES,
-    *infill.ROUTES,
+    *llamaserver.ROUTES,
     *anthropic.ROUTES,
     *responses_api.ROUTES,
     *embeddings.ROUTES,

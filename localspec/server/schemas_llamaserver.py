@@ -1,4 +1,4 @@
-"""llama-server's `/infill` body (what llama.vim and llama.vscode send) and its engine request.
+"""llama-server's own bodies, `/infill` (llama.vim, llama.vscode) and `/completion`, as engine requests.
 
 llama-server's own sampling defaults apply (temperature 0.8, top-k 40, top-p 0.95,
 min-p 0.05); `samplers` names the ones that run, so a chain without "temperature"
@@ -31,17 +31,11 @@ class ExtraChunk(_Body):
     filename: str = "tmp"
 
 
-class InfillBody(_Body):
-    """POST /infill: code completion at the cursor, as llama-server takes it."""
+class LlamaServerBody(_Body):
+    """What /infill and /completion share: llama-server's generation and sampling fields."""
 
     model: str | None = None
-    input_prefix: str = Field("", description="The file's text before the cursor's line (or all of it).")
-    prompt: str = Field("", description="Text after input_prefix, before the cursor (the current line).")
-    input_suffix: str = Field("", description="The file's text after the cursor.")
-    input_extra: list[ExtraChunk] = Field(default_factory=list, max_length=MAX_EXTRA_CHUNKS)
-    n_predict: int = Field(
-        -1, ge=-1, description="-1: until EOS or the context is full; 0: only warm the cache."
-    )
+    n_predict: int = Field(-1, ge=-1, description="-1: until EOS or a full context; 0: warm the cache.")
     t_max_predict_ms: int = Field(0, ge=0, description="Stop at a newline once generation ran this long.")
     t_max_prompt_ms: int | None = Field(None, description="Accepted; llama-server ignores it too.")
     cache_prompt: bool = True
@@ -59,7 +53,7 @@ class InfillBody(_Body):
     speculative: SpeculativeOptions | None = None
 
     @model_validator(mode="after")
-    def _one_completion(self) -> InfillBody:
+    def _one_completion(self) -> LlamaServerBody:
         if self.n_cmpl > 1:
             raise ValueError("only one completion per request is supported (n_cmpl 1)")
         return self
@@ -87,24 +81,47 @@ class InfillBody(_Body):
             seed=seed,
         )
 
+    def common(self, spec: SpecParams, unlimited: int) -> dict[str, Any]:
+        """The GenerationRequest fields every llama-server body fills alike."""
+        return {
+            "max_tokens": unlimited if self.n_predict < 0 else self.n_predict,
+            "time_limit_s": self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None,
+            "min_indent": self.n_indent,
+            "stop": stop_strings(self.stop),
+            "sampling": self.sampling(),
+            "speculative": spec_params(self.speculative, spec),
+            "cache_prompt": self.cache_prompt,
+        }
+
+
+class InfillBody(LlamaServerBody):
+    """POST /infill: code completion at the cursor, as llama-server takes it."""
+
+    input_prefix: str = Field("", description="The file's text before the cursor's line (or all of it).")
+    prompt: str = Field("", description="Text after input_prefix, before the cursor (the current line).")
+    input_suffix: str = Field("", description="The file's text after the cursor.")
+    input_extra: list[ExtraChunk] = Field(default_factory=list, max_length=MAX_EXTRA_CHUNKS)
+
+
+class NativeCompletionBody(LlamaServerBody):
+    """POST /completion: llama-server's raw-prompt completion (Continue's llama.cpp provider uses it)."""
+
+    prompt: str = Field(..., description="The raw prompt; no chat template is applied.")
+
 
 def infill_request(body: InfillBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     """The cursor's text as a fill-in-the-middle request; the current line continues the prefix."""
     extra = tuple(FileChunk(c.filename, c.text) for c in body.input_extra)
-    limit = unlimited if body.n_predict < 0 else body.n_predict
-    time_limit = body.t_max_predict_ms / 1000 if body.t_max_predict_ms > 0 else None
     return GenerationRequest(
         prompt=body.input_prefix + body.prompt,
         suffix=body.input_suffix,
         extra=extra,
-        max_tokens=limit,
-        time_limit_s=time_limit,
-        min_indent=body.n_indent,
-        stop=stop_strings(body.stop),
-        sampling=body.sampling(),
-        speculative=spec_params(body.speculative, spec),
-        cache_prompt=body.cache_prompt,
+        **body.common(spec, unlimited),
     )
+
+
+def completion_request(body: NativeCompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
+    return GenerationRequest(prompt=body.prompt, **body.common(spec, unlimited))
 
 
 def pick_fields(body: dict[str, Any], fields: list[str] | None) -> dict[str, Any]:

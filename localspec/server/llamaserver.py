@@ -1,6 +1,7 @@
-"""llama-server's `/infill`: code completion at the cursor, for llama.vim and llama.vscode.
+"""llama-server's own routes: `/infill` (code completion at the cursor, for llama.vim and
+llama.vscode) and `/completion` (a raw prompt, for llama.cpp providers such as Continue's).
 
-The body is llama-server's (`input_prefix`, `prompt`, `input_suffix`, `input_extra`, ...),
+The bodies are llama-server's (`input_prefix`, `prompt`, `input_suffix`, `input_extra`, ...),
 and so is the answer: `content`, `timings`, `tokens_cached`, `generation_settings`, as
 JSON, or `data: {...}` frames when streaming, without OpenAI's `[DONE]`. llama.vim reads
 a body only if it matches `"content"\\s*:"`, so the JSON stays compact (no space after `:`).
@@ -18,13 +19,19 @@ from starlette.routing import Route
 from localspec.errors import LocalspecError, UserInputError
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import parse_body
-from localspec.server.schemas_infill import InfillBody, infill_request, pick_fields
+from localspec.server.schemas_llamaserver import (
+    InfillBody,
+    NativeCompletionBody,
+    completion_request,
+    infill_request,
+    pick_fields,
+)
 from localspec.server.state import ServerState, server_state
 from localspec.server.streaming import respond
 from localspec.types import GenerationResult, TokenChunk
 
 
-class InfillFormat:
+class LlamaServerFormat:
     """llama-server's completion shape: partial `content` frames, then the final body with `stop: true`."""
 
     media_type = "text/event-stream"
@@ -104,8 +111,17 @@ async def infill(request: Request) -> Response:
     model = state.resolve_model(body.model) if body.model else state.model_name
     await anyio.to_thread.run_sync(_check_fim, state)
     greq = infill_request(body, state.spec_default, state.unlimited)
-    fmt = InfillFormat(model, state.unlimited, body.response_fields)
+    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
     return await respond(await state.start(request, greq), body.stream, fmt)
 
 
-ROUTES = [Route("/infill", infill, methods=["POST"])]
+async def completion(request: Request) -> Response:
+    state = server_state(request)
+    body = parse_body(await request.body(), NativeCompletionBody)
+    model = state.resolve_model(body.model) if body.model else state.model_name
+    greq = completion_request(body, state.spec_default, state.unlimited)
+    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
+    return await respond(await state.start(request, greq), body.stream, fmt)
+
+
+ROUTES = [Route("/infill", infill, methods=["POST"]), Route("/completion", completion, methods=["POST"])]
