@@ -139,6 +139,9 @@ MORE_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/messages"): MessagesBody,
     ("post", "/v1/messages/count_tokens"): CountTokensBody,
     ("post", "/v1/responses"): ResponsesBody,
+    ("post", "/v1/embeddings"): embeddings.OpenAIEmbeddingsBody,
+    ("post", "/api/embed"): embeddings.OllamaEmbedBody,
+    ("post", "/api/embeddings"): embeddings.OllamaEmbeddingsBody,
 }
 
 ROUTES = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
@@ -25,6 +25,9 @@ from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
 from localspec.server.ollama_info import names_model
 from localspec.types import GenerationRequest, GenerationResult, SpecParams, TokenChunk
+
+if TYPE_CHECKING:
+    from localspec.engine.embedding import EmbeddingModel
 
 
 class ServerState:
@@ -39,6 +42,8 @@ class ServerState:
         self.active: set[Handle] = set()
         self.shutting_down = False
         self._gguf_info: GGUFInfo | None = None
+        self._embedder: EmbeddingModel | None = None
+        self._embedder_lock = threading.Lock()
 
     @property
     def model_name(self) -> str:
@@ -68,6 +73,21 @@ class ServerState:
 
             self._gguf_info = read_gguf_info(self.engine.config.target, cache_dir=Paths.from_env().cache_dir)
         return self._gguf_info
+
+    def embedder(self) -> EmbeddingModel | None:
+        """The embedding model (--embed-model), loaded on first use; None when none is configured.
+
+        Blocking (the first call loads the GGUF): call it off the event loop.
+        """
+        path = self.config.embed_model
+        if path is None:
+            return None
+        with self._embedder_lock:
+            if self._embedder is None:
+                from localspec.engine.embedding import EmbeddingModel
+
+                self._embedder = EmbeddingModel(path, n_threads=self.engine.config.load.n_threads)
+            return self._embedder
 
     def health(self) -> dict[str, Any]:
         info = self.engine.info
