@@ -88,7 +88,7 @@ def check_request(scope: Scope, policy: SecurityPolicy) -> None:
     if over_tcp(scope) and policy.token is not None:
         if not _has_token(headers, policy.token):
             raise UnauthorizedError(
-                "a token is required: send `Authorization: Bearer <token>` (or `x-api-key: <token>`)"
+                "a bearer token is required: send `Authorization: Bearer <token>` (or `x-api-key: <token>`)"
             )
         authenticated = True
     hosts = headers.get("host", [])
