@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 
-from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -33,11 +32,8 @@ from localspec.server import (
     responses_api,
 )
 from localspec.server.config import ApiConfig
+from localspec.server.openapi import openapi_schema
 from localspec.server.responses import Api, error_response
-from localspec.server.schemas import openapi_schema
-from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody
-from localspec.server.schemas_llamaserver import InfillBody, NativeCompletionBody
-from localspec.server.schemas_responses import ResponsesBody
 from localspec.server.security import SecurityMiddleware, SecurityPolicy
 from localspec.server.state import ServerState, server_state
 
@@ -131,19 +127,6 @@ class CountRequests:
         await self.app(scope, receive, counting_send)
 
 
-# The bodies of the APIs whose schemas live beside their routes. /api/pull is left out: it
-# downloads, and a fuzzer should not.
-MORE_BODIES: dict[tuple[str, str], type[BaseModel]] = {
-    ("post", "/infill"): InfillBody,
-    ("post", "/completion"): NativeCompletionBody,
-    ("post", "/v1/messages"): MessagesBody,
-    ("post", "/v1/messages/count_tokens"): CountTokensBody,
-    ("post", "/v1/responses"): ResponsesBody,
-    ("post", "/v1/embeddings"): embeddings.OpenAIEmbeddingsBody,
-    ("post", "/api/embed"): embeddings.OllamaEmbedBody,
-    ("post", "/api/embeddings"): embeddings.OllamaEmbeddingsBody,
-}
-
 ROUTES = [
     Route("/", root, methods=["GET", "HEAD"]),
     Route("/health", health, methods=["GET"]),
@@ -178,5 +161,5 @@ def make_app(engine: Engine, config: ApiConfig | None = None) -> Starlette:
         },
     )
     app.state.localspec = state
-    app.state.openapi = openapi_schema(__version__, MORE_BODIES, ("/api/ps",))
+    app.state.openapi = openapi_schema(__version__)
     return app

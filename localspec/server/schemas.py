@@ -13,7 +13,6 @@ import re
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.json_schema import models_json_schema
 
 from localspec.errors import UserInputError
 from localspec.server.refusals import NO_VISION, ONE_CHOICE
@@ -342,63 +341,3 @@ def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimite
         return GenerationRequest(prompt=prompt, **common)
     system = (ChatMessage("system", body.system),) if body.system else ()
     return GenerationRequest(messages=(*system, ChatMessage("user", prompt)), **common)
-
-
-# --- OpenAPI --------------------------------------------------------------------------
-
-REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
-    ("post", "/v1/chat/completions"): ChatCompletionBody,
-    ("post", "/v1/completions"): CompletionBody,
-    ("post", "/api/chat"): OllamaChatBody,
-    ("post", "/api/generate"): OllamaGenerateBody,
-    ("post", "/api/show"): OllamaShowBody,
-}
-GET_ROUTES = ("/health", "/v1/models", "/api/version", "/api/tags", "/metrics", "/openapi.json")
-
-_ERROR_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "error": {
-            "type": "object",
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "null"]},
-            },
-        }
-    },
-}
-
-
-def openapi_schema(
-    version: str,
-    more_bodies: dict[tuple[str, str], type[BaseModel]] | None = None,
-    more_gets: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """OpenAPI 3.1 for every route: the bodies above, plus those of APIs defined in their own modules."""
-    bodies = {**REQUEST_BODIES, **(more_bodies or {})}
-    _, defs = models_json_schema(
-        [(m, "validation") for m in bodies.values()], ref_template="#/components/schemas/{model}"
-    )
-    errors = {
-        str(code): {"description": why, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
-        for code, why in ((400, "bad request"), (404, "unknown model"), (413, "body too large"))
-    }
-    gets = (*GET_ROUTES, *more_gets)
-    paths: dict[str, Any] = {p: {"get": {"responses": {"200": {"description": "OK"}}}} for p in gets}
-    for (method, path), model in bodies.items():
-        body = {"$ref": f"#/components/schemas/{model.__name__}"}
-        paths[path] = {
-            method: {
-                "summary": (model.__doc__ or "").strip().splitlines()[0],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
-                "responses": {"200": {"description": "OK (JSON, SSE or NDJSON when streaming)"}, **errors},
-            }
-        }
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "localspec", "version": version},
-        "paths": paths,
-        "components": {"schemas": defs.get("$defs", {})},
-    }
