@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")
     token: str | None = Field(None, description="Bearer token required on TCP (always for non-loopback).")
     queue_size: int = Field(16, ge=1, description="Requests that may wait for the engine before 503.")
+    embed_model: Path | None = Field(
+        None, description="An embedding GGUF for the embeddings routes (serve; loaded on first use)."
+    )
 
     @classmethod
     def settings_customise_sources(

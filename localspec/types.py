@@ -20,6 +20,14 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class FileChunk:
+    """Another file's text, context placed before a fill-in-the-middle prompt (llama-server's input_extra)."""
+
+    filename: str
+    text: str
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How the target's distribution is sampled. temperature 0 means greedy."""
 
@@ -52,12 +60,23 @@ class SpecParams:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One generation: either chat `messages` (template applied) or a raw `prompt`."""
+    """One generation: either chat `messages` (template applied) or a raw `prompt`.
+
+    A `suffix` makes it fill-in-the-middle: `prompt` is the text before the cursor, and `extra`
+    other files' text placed before it. `max_tokens` 0 only reads the prompt into the cache
+    (an editor's warm-up). `time_limit_s` stops generation once it has run that long and has
+    written a newline (llama-server's t_max_predict_ms: a completion ends on a whole line).
+    `min_indent` ends the text before a new line indented by fewer spaces or tabs (llama-server's
+    n_indent: a completion stays inside the block it started in).
+    """
 
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
     suffix: str | None = None
+    extra: tuple[FileChunk, ...] = ()
     max_tokens: int = 256
+    time_limit_s: float | None = None
+    min_indent: int = 0
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     speculative: SpecParams = field(default_factory=SpecParams)
@@ -124,3 +143,4 @@ class GenerationResult:
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
     stats: GenerationStats
+    stop_string: str | None = None  # the request's stop string that ended it, if one did

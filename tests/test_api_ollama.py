@@ -7,6 +7,7 @@ The daemon here serves a tiny model that has fill-in-the-middle tokens, so
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import httpx
 import ollama
 import pytest
 import tinymodels
-from daemonproc import Daemon, start_daemon
+from daemonproc import Daemon, free_port, start_daemon
 
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.worker import Engine
@@ -29,13 +30,21 @@ FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
 @pytest.fixture(scope="module")
 def fim_target(tiny_dir: Path) -> Path:
     vocab = tinymodels.build_vocab(extra_tokens=(tinymodels.IM_START, tinymodels.IM_END, *FIM_TOKENS))
-    return tinymodels.write_tiny_model(tiny_dir / "tiny-fim.gguf", vocab=vocab, name="tiny-fim")
+    path = tiny_dir / "tiny-fim.gguf"
+    return tinymodels.write_tiny_model(
+        path, vocab=vocab, name="tiny-fim", basename="Tiny-Coder", size_label="3M"
+    )
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, fim_target: Path) -> Iterator[Daemon]:
-    """Unix socket plus loopback TCP without a token."""
-    d = start_daemon(tmp_path_factory.mktemp("ollama-home"), fim_target, tcp=True, ctx=1024)
+    """Unix socket plus loopback TCP without a token; a Hugging Face endpoint nothing listens on."""
+    hf = {
+        "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "HF_HOME": str(tmp_path_factory.mktemp("hf")),
+        "LOCALSPEC_MODELS": str(tmp_path_factory.mktemp("pulled")),
+    }
+    d = start_daemon(tmp_path_factory.mktemp("ollama-home"), fim_target, tcp=True, ctx=1024, env=hf)
     yield d
     assert d.stop() == 0, d.log()
 
@@ -58,16 +67,30 @@ def _in_process(target: Path, request: GenerationRequest) -> str:
         return engine.generate(request).text
 
 
-def test_version_tags_and_show(uds_ollama: ollama.Client, daemon: Daemon) -> None:
+def test_version_tags_and_show(uds_ollama: ollama.Client, daemon: Daemon, fim_target: Path) -> None:
     with daemon.http() as http:
         assert http.get("/api/version").json()["version"]
     listed = uds_ollama.list()
-    assert [m.model for m in listed.models] == ["tiny-fim"]
+    assert [m.model for m in listed.models] == ["tiny-fim:latest"]
     assert listed.models[0].details is not None and listed.models[0].details.format == "gguf"
+    assert listed.models[0].size == fim_target.stat().st_size and listed.models[0].digest
     shown = uds_ollama.show("tiny-fim")
-    assert shown.template and "im_start" in shown.template
-    assert shown.modelinfo is not None and shown.modelinfo["general.architecture"] == "llama"
-    assert "insert" in (shown.capabilities or [])
+    assert shown.template and "<|im_start|>user\n{{ .Content }}<|im_end|>" in shown.template
+    # Ollama's FIM form, with this model's own markers; no tool instructions without tool support.
+    assert "{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>" in (
+        shown.template
+    )
+    assert ".Tools" not in shown.template
+    assert shown.capabilities == ["completion", "insert"]
+    # The context the daemon serves (--ctx 1024), not the 2048 the GGUF was written with.
+    assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] == 1024
+    assert shown.modelinfo["general.architecture"] == "llama"
+    assert shown.modelinfo["general.basename"] == "Tiny-Coder"
+    assert shown.parameters is not None and re.search(r"^num_ctx +1024$", shown.parameters, re.M)
+    assert shown.details is not None and shown.details.parameter_size == "3M"
+    with daemon.http() as http:
+        by_name = http.post("/api/show", json={"name": "tiny-fim:latest"}).json()
+    assert by_name["template"] == shown.template and by_name["capabilities"] == shown.capabilities
 
 
 def test_chat_stream_equals_non_stream(uds_ollama: ollama.Client) -> None:
@@ -173,3 +196,82 @@ def test_ollama_errors_have_ollama_shape(uds_ollama: ollama.Client, daemon: Daem
 def test_model_tag_latest_is_accepted(uds_ollama: ollama.Client) -> None:
     out = uds_ollama.generate(model="tiny-fim:latest", prompt="hi", options={**GREEDY, "num_predict": 2})
     assert out.model == "tiny-fim"
+
+
+def test_ps_reports_the_loaded_model_and_its_context(
+    uds_ollama: ollama.Client, daemon: Daemon, fim_target: Path
+) -> None:
+    running = uds_ollama.ps().models
+    assert [m.model for m in running] == ["tiny-fim:latest"]
+    assert running[0].size == fim_target.stat().st_size and running[0].expires_at is not None
+    assert running[0].size_vram == 0  # the tiny model runs on the CPU here
+    with daemon.http() as http:
+        assert http.get("/api/ps").json()["models"][0]["context_length"] == 1024
+
+
+@pytest.mark.parametrize("name", ["tiny-coder:3m", "TinyCoder:3M", "tiny_coder:latest", "tiny-coder:3m-f32"])
+def test_ollama_style_names_resolve_from_gguf_metadata(uds_ollama: ollama.Client, name: str) -> None:
+    out = uds_ollama.generate(model=name, prompt="hi", options={**GREEDY, "num_predict": 2})
+    assert out.model == "tiny-fim"
+    assert uds_ollama.show(name).capabilities == ["completion", "insert"]
+
+
+@pytest.mark.parametrize("name", ["tiny-coder:7b", "qwen2.5-coder:3m", "tiny-coder:3m-base"])
+def test_other_ollama_names_are_not_found(uds_ollama: ollama.Client, name: str) -> None:
+    with pytest.raises(ollama.ResponseError) as info:
+        uds_ollama.generate(model=name, prompt="hi", options={"num_predict": 2})
+    assert info.value.status_code == 404 and "not loaded" in info.value.error
+
+
+@pytest.mark.parametrize("keep_alive", [300, "5m", "1h30m", -1, "0", 0])
+def test_keep_alive_number_or_duration(uds_ollama: ollama.Client, keep_alive: float | str) -> None:
+    out = uds_ollama.generate(
+        model="tiny-fim", prompt="hi", keep_alive=keep_alive, options={**GREEDY, "num_predict": 2}
+    )
+    assert out.done
+
+
+def test_bad_keep_alive_is_a_clear_400(daemon: Daemon) -> None:
+    with daemon.http() as http:
+        response = http.post("/api/generate", json={"model": "tiny-fim", "prompt": "x", "keep_alive": "soon"})
+    assert response.status_code == 400
+    assert "keep_alive" in response.json()["error"] and "5m" in response.json()["error"]
+
+
+def test_num_ctx_up_to_the_served_context(uds_ollama: ollama.Client) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    small = uds_ollama.chat(
+        model="tiny-fim", messages=messages, options={**GREEDY, "num_ctx": 512, "num_predict": 3}
+    )
+    assert small.done and small.eval_count == 3
+    same = uds_ollama.generate(
+        model="tiny-fim", prompt="hi", options={**GREEDY, "num_ctx": 1024, "num_predict": 3}
+    )
+    assert same.done
+    with pytest.raises(ollama.ResponseError) as info:
+        uds_ollama.chat(model="tiny-fim", messages=messages, options={"num_ctx": 8192})
+    assert info.value.status_code == 400
+    assert "8192" in info.value.error and "1024" in info.value.error and "--ctx" in info.value.error
+
+
+def test_pull_reports_an_unreachable_hub_in_ollama_shape(uds_ollama: ollama.Client) -> None:
+    events = []
+    with pytest.raises(ollama.ResponseError) as streamed:
+        for event in uds_ollama.pull("hf.co/acme/Tiny-GGUF:Q4_K_M", stream=True):
+            events.append(event.status)
+    assert events == ["pulling manifest"]
+    assert "cannot download acme/Tiny-GGUF" in streamed.value.error
+    assert "Connection refused" in streamed.value.error
+    with pytest.raises(ollama.ResponseError) as whole:
+        uds_ollama.pull("acme/Tiny-GGUF:tiny.gguf")
+    assert whole.value.status_code == 502 and "Connection refused" in whole.value.error
+
+
+def test_pull_names(uds_ollama: ollama.Client) -> None:
+    assert uds_ollama.pull("tiny-coder:3m").status == "success"  # the served model: nothing to fetch
+    with pytest.raises(ollama.ResponseError) as library:
+        uds_ollama.pull("llama3.2:1b")
+    assert library.value.status_code == 400 and "hf.co/OWNER/REPO" in library.value.error
+    with pytest.raises(ollama.ResponseError) as malformed:
+        uds_ollama.pull("hf.co/not a repo")
+    assert malformed.value.status_code == 400

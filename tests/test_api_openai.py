@@ -199,3 +199,37 @@ def test_unknown_model_is_404(uds_openai: openai.OpenAI) -> None:
     body: Any = info.value.body
     assert body["code"] == "model_not_found"
     assert body["param"] == "model"
+
+
+def test_routes_without_v1_as_llama_server_serves_them(daemon: Daemon) -> None:
+    """Clients configured with the bare base URL (llama-server's) call /chat/completions and /models."""
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
+    client = openai.OpenAI(base_url="http://localhost", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
+    with client:
+        assert [m.id for m in client.models.list()] == ["tiny-target"]
+        chat = client.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=8, temperature=0)
+        text = client.completions.create(model="tiny-target", prompt="the model", max_tokens=8, temperature=0)
+        with_v1 = http.post(
+            "http://localhost/v1/chat/completions",
+            json={"model": "tiny-target", "messages": CHAT, "max_tokens": 8, "temperature": 0},
+        ).json()
+    assert chat.choices[0].message.content == with_v1["choices"][0]["message"]["content"]
+    assert text.choices[0].text
+
+
+def test_llama_vscode_chat_edit_payloads(daemon: Daemon) -> None:
+    """llama.vscode's edit request (llama-server's fields, max_tokens -1) and its n_predict 0 warm-up."""
+    messages = [{"role": "system", "content": "You are an expert coder."}, {"role": "user", "content": "the"}]
+    warmup = {"messages": messages, "n_predict": 0, "samplers": [], "cache_prompt": True,
+              "t_max_prompt_ms": 500, "t_max_predict_ms": 1, "model": "tiny-target"}  # fmt: skip
+    edit = {"messages": messages, "stream": False, "cache_prompt": True, "samplers": "edkypmxt",
+            "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1,
+            "repeat_penalty": 1, "dry_multiplier": 0, "max_tokens": -1, "timings_per_token": False,
+            "model": "tiny-target", "seed": 7}  # fmt: skip
+    with daemon.http() as http:
+        warm = http.post("/v1/chat/completions", json=warmup).json()
+        done = http.post("/v1/chat/completions", json=edit).json()
+    assert warm["choices"][0]["message"]["content"] == "" and warm["usage"]["completion_tokens"] == 0
+    assert warm["choices"][0]["finish_reason"] == "length"
+    assert done["choices"][0]["message"]["content"] and done["usage"]["completion_tokens"] > 0
+    assert done["localspec"]["cached_tokens"] == warm["usage"]["prompt_tokens"] - 1

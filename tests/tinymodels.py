@@ -181,6 +181,8 @@ def write_tiny_model(
     noise_seed: int = 1,
     per_layer_arrays: bool = False,
     name: str = "tiny",
+    basename: str | None = None,
+    size_label: str | None = None,
 ) -> Path:
     """Write a tiny llama GGUF at `path` (atomically) and return `path`.
 
@@ -199,6 +201,10 @@ def write_tiny_model(
 
     writer = gguf.GGUFWriter(path=None, arch="llama")
     writer.add_name(name)
+    if basename is not None:
+        writer.add_basename(basename)
+    if size_label is not None:
+        writer.add_size_label(size_label)
     writer.add_file_type(_FILE_TYPES[dtype])
     writer.add_context_length(n_ctx)
     writer.add_embedding_length(n_embd)

@@ -38,6 +38,11 @@ def _socket_for(socket_path: Path | None) -> Path:
 @click.option("--socket", "socket_path", type=click.Path(path_type=Path), help="Unix socket path.")
 @click.option("--tcp", metavar="HOST:PORT", help="Also listen on TCP (default port 8977).")
 @click.option("--token", help="Bearer token required on TCP; prefer LOCALSPEC_TOKEN (argv is visible).")
+@click.option(
+    "--embed-model",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Embedding GGUF for the embeddings routes (loaded on first use).",
+)
 @click.option("--queue-size", type=click.IntRange(min=1), help="Requests that may wait before 503.")
 @click.option(
     "--max-body",
@@ -57,6 +62,7 @@ def serve_command(
     socket_path: Path | None,
     tcp: str | None,
     token: str | None,
+    embed_model: Path | None,
     queue_size: int | None,
     max_body: int,
     log_level: str,
@@ -80,6 +86,7 @@ def serve_command(
         tcp=tcp,
         token=token,
         queue_size=queue_size,
+        embed_model=embed_model,
     )
     config = daemon_config(settings, max_body_bytes=max_body, access_log=access_log)
     logging.basicConfig(

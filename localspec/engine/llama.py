@@ -141,7 +141,8 @@ class LlamaModel:
             )
         return model
 
-    def _new_context(self) -> llama_cpp.llama_context_p:
+    def _context_params(self) -> llama_cpp.llama_context_params:
+        """The context's parameters; a subclass (the embedding model) adjusts them."""
         opts = self.options
         if opts.kv_type not in KV_TYPES:
             raise UnsupportedModelError(
@@ -159,7 +160,11 @@ class LlamaModel:
         params.no_perf = True
         if self.options.batch_invariant:
             params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        ctx = llama_cpp.llama_init_from_model(self._model, params)
+        return params
+
+    def _new_context(self) -> llama_cpp.llama_context_p:
+        opts = self.options
+        ctx = llama_cpp.llama_init_from_model(self._model, self._context_params())
         if not ctx:
             raise UnsupportedModelError(
                 f"llama.cpp could not create a context of {opts.n_ctx} tokens for "
@@ -219,6 +224,12 @@ class LlamaModel:
             llama_cpp.llama_vocab_fim_mid(self._vocab),
         )
         return None if min(ids) < 0 else (int(ids[0]), int(ids[1]), int(ids[2]))
+
+    def fim_repo_tokens(self) -> tuple[int | None, int | None]:
+        """(repository name, file separator) token ids, each None when the model has none."""
+        rep = llama_cpp.llama_vocab_fim_rep(self._vocab)
+        sep = llama_cpp.llama_vocab_fim_sep(self._vocab)
+        return (int(rep) if rep >= 0 else None, int(sep) if sep >= 0 else None)
 
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)

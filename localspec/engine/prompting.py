@@ -7,7 +7,7 @@ from typing import Any
 
 from localspec.engine.llama import LlamaModel
 from localspec.errors import UserInputError
-from localspec.types import ChatMessage, GenerationRequest
+from localspec.types import ChatMessage, FileChunk, GenerationRequest
 
 # Used only when a GGUF carries no chat template: plain role-prefixed turns.
 FALLBACK_TEMPLATE = (
@@ -19,7 +19,8 @@ FALLBACK_TEMPLATE = (
 def prompt_tokens(model: LlamaModel, request: GenerationRequest) -> list[int]:
     """Token ids for a request; raises UserInputError for a request the model cannot serve."""
     if request.suffix is not None:
-        return fim_tokens(model, request.prompt or "", request.suffix)
+        tokens = fim_tokens(model, request.prompt or "", request.suffix)
+        return _with_extra(model, tokens, request) if request.extra else tokens
     if request.messages:
         return _tokenize_rendered(model, render_chat(model, request.messages))
     if request.prompt is None:
@@ -55,6 +56,39 @@ def fim_tokens(model: LlamaModel, prefix: str, suffix: str) -> list[int]:
     encode = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
     head = [_bos(model)] if model.add_bos else []
     return [*head, pre, *encode(prefix), suf, *encode(suffix), mid]
+
+
+# The project name before the files: llama-server's, since the model was trained on some name.
+REPO_NAME = "myproject"
+# Between chunks when the model has no file separator, as llama-server writes it.
+SNIPPET_SEPARATOR = "\n\n--- snippet ---\n\n"
+
+
+def repo_tokens(model: LlamaModel, chunks: Sequence[FileChunk]) -> list[int]:
+    """Other files as repository-level FIM context (Qwen2.5-Coder's `<|repo_name|>`/`<|file_sep|>` form).
+
+    `<|repo_name|>myproject\n<|file_sep|>a.py\n...text...<|file_sep|>filename\n`, the last
+    separator opening the file being completed, as llama-server does it (format_infill).
+    """
+    rep, sep = model.fim_repo_tokens()
+    encode = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
+    out = [rep, *encode(REPO_NAME + "\n")] if rep is not None else []
+    for chunk in chunks:
+        out += [sep, *encode(chunk.filename + "\n")] if sep is not None else encode(SNIPPET_SEPARATOR)
+        out += encode(chunk.text)
+    if sep is not None:
+        out += [sep, *encode("filename\n")]
+    return out
+
+
+def _with_extra(model: LlamaModel, fim: list[int], request: GenerationRequest) -> list[int]:
+    """The FIM prompt after as much of the other files' context as fits, the newest (last) kept first."""
+    extra = repo_tokens(model, request.extra)
+    # Room for the answer: what was asked, but no more than half the context (no limit asks for all).
+    reserve = min(request.max_tokens, model.n_ctx // 2)
+    take = max(0, min(len(extra), model.n_ctx - len(fim) - reserve))
+    head = 1 if model.add_bos else 0  # the BOS stays first; llama-server puts the files before it
+    return [*fim[:head], *extra[len(extra) - take :], *fim[head:]]
 
 
 def _tokenize_rendered(model: LlamaModel, text: str) -> list[int]:

@@ -123,19 +123,27 @@ class Generation:
         k: int,
         cancel: threading.Event | None = None,
         reuse: int = 0,
+        time_limit_s: float | None = None,
+        min_indent: int = 0,
     ) -> None:
-        """`reuse`: leading prompt tokens whose KV the target still holds from the last request."""
+        """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
+
+        `time_limit_s`: stop at the first newline past this many seconds of generation (or at
+        once, past it, when a newline was already written), as llama-server's t_max_predict_ms.
+        """
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
         self.target = target
         self.prompt = list(prompt)
         self.tokens = list(prompt)
         self.max_tokens = max_tokens
+        self.time_limit_s = time_limit_s
+        self._newline = False
         self.params = params
         self.policy = policy
         self.cancel = cancel or threading.Event()
         self.rng = np.random.default_rng(params.seed)
-        self.stream = TextStream(stop)
+        self.stream = TextStream(stop, min_indent)
         # The last prompt token is always decoded again: its logits choose the first token.
         self.reuse = max(0, min(reuse, len(prompt) - 1))
         self.stats = GenerationStats(
@@ -160,6 +168,11 @@ class Generation:
             self.stats.target_s += self.target.decode(self.prompt[self.reuse :], 1, self.cancel)
         except RequestCancelledError:  # stopped while the prompt was read: no tokens, the cache intact
             self.finish = "cancelled"
+            self._close(t0)
+            return
+        if self.max_tokens <= 0:  # a warm-up: the prompt is in the cache, nothing to generate
+            self.finish = "length"
+            self.stats.ttft_s = time.perf_counter() - t0
             self._close(t0)
             return
         first = self._pick(self.target.logits(-1))
@@ -302,13 +315,19 @@ class Generation:
             if self.stream.stopped:
                 self.finish = "stop"
                 break
-            if len(self.generated) >= self.max_tokens:
+            if len(self.generated) >= self.max_tokens or self._out_of_time(text, t0):
                 self.finish = "length"
                 break
         if kept and self.stats.ttft_s == 0.0:
             self.stats.ttft_s = time.perf_counter() - t0
         if kept or text:
             yield TokenChunk(text, tuple(kept), min(step.from_draft, len(kept)))
+
+    def _out_of_time(self, text: str, t0: float) -> bool:
+        if self.time_limit_s is None or not self.stats.ttft_s:
+            return False
+        self._newline = self._newline or "\n" in text
+        return self._newline and time.perf_counter() - t0 - self.stats.ttft_s > self.time_limit_s
 
     def _close(self, t0: float) -> None:
         st = self.stats
@@ -321,7 +340,9 @@ class Generation:
         st.mean_accepted_length = st.accepted / drafted_steps if drafted_steps else 0.0
         st.mean_k = self._drafted_total / drafted_steps if drafted_steps else 0.0
         st.python_s = max(0.0, st.elapsed_s - st.target_s - st.draft_s)
-        self.result = GenerationResult(self.stream.text, tuple(self.generated), self.finish or "stop", st)
+        self.result = GenerationResult(
+            self.stream.text, tuple(self.generated), self.finish or "stop", st, self.stream.matched
+        )
 
 
 def _near_tie(row: npt.NDArray[np.float32], choice: int) -> bool:

@@ -128,6 +128,16 @@ class Engine:
         """Submit and wait: the blocking convenience for scripts and tests."""
         return self.submit(request).wait()
 
+    def count_prompt_tokens(self, request: GenerationRequest) -> int:
+        """The request's prompt length in tokens, without queueing behind generations.
+
+        Safe from any thread: it renders the chat template and tokenizes, which only read the
+        model's vocabulary and metadata, never the context the worker thread decodes with.
+        """
+        if self.info.status != "ready" or self._target is None:
+            raise LocalspecError(f"the model is not ready ({self.info.status}); retry once it is loaded")
+        return len(prompt_tokens(self._target, request))
+
     @property
     def queue_depth(self) -> int:
         return self._jobs.qsize()
@@ -273,6 +283,8 @@ class Engine:
             k=k,
             cancel=job.cancelled,
             reuse=reuse,
+            time_limit_s=req.time_limit_s,
+            min_indent=req.min_indent,
         )
         gen.stats.fallback_reason = reason
         for chunk in gen.run():

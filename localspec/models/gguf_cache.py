@@ -17,7 +17,7 @@ from typing import Any
 from localspec.atomicfile import write_text_atomic
 
 # Bump when GGUFInfo, the cached token format or the parser's output changes, so old entries are ignored.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 
 
 def cache_key(file: Path, st: os.stat_result) -> str:

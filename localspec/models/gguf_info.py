@@ -104,6 +104,11 @@ class GGUFInfo:
     # Bytes of the blocks' weight matrices by ggml type, (("Q4_K", n), ...): llama.cpp's CPU
     # backend copies some types into an interleaved layout, and the planner counts those copies.
     block_matrix_bytes: tuple[tuple[str, int], ...] = ()
+    # general.basename, general.size_label and general.finetune ("Qwen2.5-Coder", "1.5B",
+    # "Instruct"): what Ollama-style names (qwen2.5-coder:1.5b) are matched against.
+    basename: str = ""
+    size_label: str = ""
+    finetune: str = ""
 
     @property
     def has_fim(self) -> bool:
@@ -230,6 +235,9 @@ def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
         token_embd_bytes=tensors.token_embd_bytes,
         output_bytes=tensors.output_bytes,
         block_matrix_bytes=tensors.block_matrix_bytes,
+        basename=str(meta.get("general.basename") or ""),
+        size_label=str(meta.get("general.size_label") or ""),
+        finetune=str(meta.get("general.finetune") or ""),
         **tok,
     )
     return info, tokens

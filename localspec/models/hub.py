@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 PREFERRED_QUANTS = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q4_0", "Q8_0", "Q6_K")
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+# Told of a download's progress: (file name, bytes so far, total bytes or None when unknown).
+ProgressFn = Callable[[str, int, int | None], None]
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -36,11 +38,17 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
     return repo, (filename or None)
 
 
-def choose_gguf(files: Iterable[str], repo: str = "the repository") -> str:
-    """The .gguf to fetch when none was named: a preferred quantisation, else the only candidate."""
+def choose_gguf(files: Iterable[str], repo: str = "the repository", quant: str | None = None) -> str:
+    """The .gguf to fetch when none was named: `quant` if given, else a preferred one, else the only one."""
     candidates = sorted(f for f in files if _is_model_gguf(f))
     if not candidates:
         raise DownloadError(f"{repo} holds no .gguf model file; name one with REPO:FILE")
+    if quant is not None:
+        matches = [f for f in candidates if _has_quant(f, quant)]
+        if not matches:
+            listed = ", ".join(Path(f).name for f in candidates[:8])
+            raise DownloadError(f"{repo} holds no {quant} .gguf (it has {listed})")
+        return min(matches, key=len)
     for quant in PREFERRED_QUANTS:
         matches = [f for f in candidates if _has_quant(f, quant)]
         if matches:
@@ -73,10 +81,13 @@ def pull(
     *,
     progress: bool = True,
     revision: str = "main",
+    quant: str | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> Path:
-    """Download `filename` (or the best .gguf) from `repo` into `dest_dir` (default: the models folder).
+    """Download `filename` (or the `quant`, else the best, .gguf) from `repo` into `dest_dir`.
 
-    Returns the local path. A file already downloaded at the same revision is not fetched again.
+    `dest_dir` defaults to the models folder. Returns the local path. A file already downloaded
+    at the same revision is not fetched again. `on_progress`, when given, replaces the bar.
     """
     from huggingface_hub import HfApi, hf_hub_download
 
@@ -85,12 +96,14 @@ def pull(
     if filename is None:
         with _hub_errors(repo, None, endpoint):
             files = HfApi(endpoint=endpoint).list_repo_files(repo, revision=revision)
-        filename = choose_gguf(files, repo)
+        filename = choose_gguf(files, repo, quant)
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DownloadError(f"cannot write to {dest}: {exc.strerror or exc}") from None
     kwargs: dict[str, Any] = {} if progress else {"tqdm_class": _quiet_bar()}
+    if on_progress is not None:
+        kwargs["tqdm_class"] = _reporting_bar(filename, on_progress)
     with _hub_errors(repo, filename, endpoint):
         local = hf_hub_download(
             repo_id=repo, filename=filename, revision=revision, local_dir=dest, endpoint=endpoint, **kwargs
@@ -107,6 +120,26 @@ def _quiet_bar() -> type[Any]:
             super().__init__(*args, **kwargs)
 
     return QuietBar
+
+
+def _reporting_bar(filename: str, report: ProgressFn) -> type[Any]:
+    """A silent bar that tells `report` of each update (the daemon streams it to Ollama clients)."""
+    from huggingface_hub.utils import tqdm
+
+    class ReportingBar(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+            self._done = int(kwargs.get("initial") or 0)
+            self._total = kwargs.get("total")
+            report(filename, self._done, self._total)
+
+        def update(self, n: float | None = 1) -> bool | None:
+            self._done += int(n or 0)
+            report(filename, self._done, self._total)
+            return super().update(n)
+
+    return ReportingBar
 
 
 @contextmanager

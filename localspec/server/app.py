@@ -1,9 +1,9 @@
-"""The daemon's HTTP API as an ASGI app: OpenAI's routes (`openai`), Ollama's (`ollama`), and localspec's own.
+"""The daemon's HTTP API as an ASGI app: OpenAI's, Ollama's, Anthropic's, llama-server's and its own routes.
 
 `make_app(engine, config)` builds it around an engine it does not own; the
 daemon runs it under uvicorn, tests may too. Every error leaves as the
-LocalspecError type's status and shape: OpenAI's `{"error": {...}}`, or
-Ollama's `{"error": "..."}` under /api/.
+LocalspecError type's status and its API's shape: OpenAI's `{"error": {...}}`,
+Ollama's `{"error": "..."}` under /api/, Anthropic's under /v1/messages.
 """
 
 from __future__ import annotations
@@ -21,14 +21,28 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from localspec import __version__
 from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError
-from localspec.server import ollama, openai
+from localspec.server import (
+    anthropic,
+    embeddings,
+    llamaserver,
+    ollama,
+    ollama_models,
+    ollama_pull,
+    openai,
+    responses_api,
+)
 from localspec.server.config import ApiConfig
-from localspec.server.responses import error_response
-from localspec.server.schemas import openapi_schema
+from localspec.server.openapi import openapi_schema
+from localspec.server.responses import Api, error_response
 from localspec.server.security import SecurityMiddleware, SecurityPolicy
 from localspec.server.state import ServerState, server_state
 
 log = logging.getLogger("localspec.api")
+
+
+async def root(request: Request) -> Response:
+    # Ollama clients probe `/` to see whether a server is up before they call anything else.
+    return PlainTextResponse("localspec is running (OpenAI, Ollama, Anthropic and llama-server APIs)")
 
 
 async def health(request: Request) -> Response:
@@ -50,12 +64,16 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(request.app.state.openapi)
 
 
-def _is_ollama(scope: Scope) -> bool:
-    return str(scope.get("path", "")).startswith("/api/")
+def api_of(scope: Scope) -> Api:
+    """Whose error shape a path gets: Ollama's under /api/, Anthropic's under /v1/messages."""
+    path = str(scope.get("path", ""))
+    if path.startswith("/api/"):
+        return "ollama"
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
 
 
 def render_error(scope: Scope, exc: LocalspecError) -> Response:
-    return error_response(exc, _is_ollama(scope))
+    return error_response(exc, api_of(scope))
 
 
 async def _on_localspec_error(request: Request, exc: Exception) -> Response:
@@ -110,11 +128,18 @@ class CountRequests:
 
 
 ROUTES = [
+    Route("/", root, methods=["GET", "HEAD"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
     *openai.ROUTES,
     *ollama.ROUTES,
+    *ollama_models.ROUTES,
+    *ollama_pull.ROUTES,
+    *llamaserver.ROUTES,
+    *anthropic.ROUTES,
+    *responses_api.ROUTES,
+    *embeddings.ROUTES,
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from localspec.server.security import DEFAULT_MAX_BODY_BYTES
 
@@ -20,3 +21,4 @@ class ApiConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     alias: str = MODEL_ALIAS
     pick: str | None = None  # what pick-draft chose for the daemon and why (/health)
+    embed_model: Path | None = None  # the embedding GGUF the embeddings routes load on first use

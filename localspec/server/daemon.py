@@ -56,6 +56,7 @@ class DaemonConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     access_log: bool = True
     pick: str | None = None  # what pick-draft chose and why; None when the person gave the draft
+    embed_model: Path | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -103,6 +104,7 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
         max_body_bytes=max_body_bytes,
         access_log=access_log,
         pick=pick,
+        embed_model=settings.embed_model.expanduser() if settings.embed_model else None,
     )
 
 
@@ -233,7 +235,12 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
         log.info("%s", config.pick)
     engine = Engine(config.engine, progress=_progress_logger())
     try:
-        api = ApiConfig(token=config.token, max_body_bytes=config.max_body_bytes, pick=config.pick)
+        api = ApiConfig(
+            token=config.token,
+            max_body_bytes=config.max_body_bytes,
+            pick=config.pick,
+            embed_model=config.embed_model,
+        )
         app = make_app(engine, api)
         uv_config = uvicorn.Config(
             app,

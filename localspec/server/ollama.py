@@ -1,4 +1,4 @@
-"""Ollama's API (`/api/*`), so plugins written for Ollama work by changing the port.
+"""Ollama's generation routes (`/api/chat`, `/api/generate`, `/api/version`); models are in `ollama_models`.
 
 Streams are NDJSON, one object per line, the last with `done: true`; Ollama
 streams unless the body says `"stream": false`. Durations are nanoseconds.
@@ -6,22 +6,18 @@ streams unless the body says `"stream": false`. Durations are nanoseconds.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.errors import LocalspecError, UserInputError
-from localspec.models.gguf_info import GGUFInfo
+from localspec.errors import LocalspecError
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import (
     OllamaChatBody,
     OllamaGenerateBody,
-    OllamaShowBody,
     ollama_chat_request,
     ollama_generate_request,
     parse_body,
@@ -119,79 +115,8 @@ async def version(request: Request) -> Response:
     return JSONResponse({"version": OLLAMA_COMPAT_VERSION})
 
 
-def _param_size(n: int) -> str:
-    if n >= 1_000_000_000:
-        return f"{n / 1e9:.1f}B"
-    return f"{n / 1e6:.0f}M" if n >= 1_000_000 else str(n)
-
-
-def _details(info: GGUFInfo) -> dict[str, Any]:
-    return {
-        "parent_model": "",
-        "format": "gguf",
-        "family": info.arch,
-        "families": [info.arch],
-        "parameter_size": _param_size(info.n_params),
-        "quantization_level": info.quant,
-    }
-
-
-def _modified(state: ServerState) -> tuple[str, int]:
-    st = state.engine.config.target.stat()
-    when = datetime.fromtimestamp(st.st_mtime, UTC).isoformat().replace("+00:00", "Z")
-    return when, st.st_size
-
-
-async def tags(request: Request) -> Response:
-    state: ServerState = request.app.state.localspec
-    info = await anyio.to_thread.run_sync(state.gguf_info)
-    modified, size = await anyio.to_thread.run_sync(_modified, state)
-    # Hashing gigabytes per listing would stall it; clients use the digest only as an identifier.
-    digest = hashlib.sha256(f"{state.model_name}:{size}:{modified}".encode()).hexdigest()
-    entry = {
-        "name": state.model_name,
-        "model": state.model_name,
-        "modified_at": modified,
-        "size": size,
-        "digest": digest,
-        "details": _details(info),
-    }
-    return JSONResponse({"models": [entry]})
-
-
-async def show(request: Request) -> Response:
-    state: ServerState = request.app.state.localspec
-    body = parse_body(await request.body(), OllamaShowBody)
-    name = body.model or body.name
-    if not name:
-        raise UserInputError("model is required", param="model")
-    state.resolve_model(name)
-    info = await anyio.to_thread.run_sync(state.gguf_info)
-    modified, _ = await anyio.to_thread.run_sync(_modified, state)
-    model_info = {
-        "general.architecture": info.arch,
-        "general.parameter_count": info.n_params,
-        f"{info.arch}.context_length": info.n_ctx_train,
-        f"{info.arch}.embedding_length": info.n_embd,
-        f"{info.arch}.block_count": info.n_layers,
-    }
-    return JSONResponse(
-        {
-            "modelfile": "",
-            "parameters": "",
-            "template": info.chat_template or "",
-            "details": _details(info),
-            "model_info": model_info,
-            "capabilities": ["completion", *(["insert"] if info.has_fim else [])],
-            "modified_at": modified,
-        }
-    )
-
-
 ROUTES = [
     Route("/api/version", version, methods=["GET"]),
-    Route("/api/tags", tags, methods=["GET"]),
-    Route("/api/show", show, methods=["POST"]),
     Route("/api/chat", chat, methods=["POST"]),
     Route("/api/generate", generate, methods=["POST"]),
 ]

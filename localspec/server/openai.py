@@ -1,4 +1,8 @@
-"""OpenAI's routes: `/v1/chat/completions`, `/v1/completions` (with `suffix` for FIM), `/v1/models`."""
+"""OpenAI's routes: `/v1/chat/completions`, `/v1/completions` (with `suffix` for FIM), `/v1/models`.
+
+Each is served without the `/v1` prefix too, as llama-server does: clients configured with a
+bare base URL (`http://localhost:8012`) call `/chat/completions`.
+"""
 
 from __future__ import annotations
 
@@ -109,7 +113,7 @@ async def completions(request: Request) -> Response:
     state = server_state(request)
     body = parse_body(await request.body(), CompletionBody)
     model = state.resolve_model(body.model)
-    greq = completion_request(body, state.spec_default)
+    greq = completion_request(body, state.spec_default, state.unlimited)
     fmt = OpenAIFormat(model, chat=False, include_usage=body.include_usage())
     return await respond(await state.start(request, greq), body.stream, fmt)
 
@@ -133,9 +137,14 @@ async def get_model(request: Request) -> Response:
     )
 
 
+_ROUTES = [
+    ("/models", list_models, "GET"),
+    ("/models/{model:path}", get_model, "GET"),
+    ("/chat/completions", chat_completions, "POST"),
+    ("/completions", completions, "POST"),
+]
 ROUTES = [
-    Route("/v1/models", list_models, methods=["GET"]),
-    Route("/v1/models/{model:path}", get_model, methods=["GET"]),
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/completions", completions, methods=["POST"]),
+    Route(prefix + path, endpoint, methods=[method])
+    for prefix in ("/v1", "")
+    for path, endpoint, method in _ROUTES
 ]

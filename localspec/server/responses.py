@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from starlette.responses import JSONResponse
 
@@ -16,9 +16,34 @@ def openai_error_body(exc: LocalspecError) -> dict[str, Any]:
     return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
 
 
-def error_response(exc: LocalspecError, ollama: bool) -> JSONResponse:
-    """OpenAI's error shape, or Ollama's `{"error": "..."}` on its routes; status from the type."""
-    body: dict[str, Any] = {"error": exc.message} if ollama else openai_error_body(exc)
+Api = Literal["openai", "ollama", "anthropic"]
+# Anthropic names its error types by status (docs.anthropic.com, "Errors").
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_body(exc: LocalspecError) -> dict[str, Any]:
+    kind = _ANTHROPIC_TYPES.get(exc.http_status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+
+
+def error_body(exc: LocalspecError, api: Api) -> dict[str, Any]:
+    if api == "ollama":
+        return {"error": exc.message}
+    return anthropic_error_body(exc) if api == "anthropic" else openai_error_body(exc)
+
+
+def error_response(exc: LocalspecError, api: Api) -> JSONResponse:
+    """The error in its API's shape (OpenAI's, Ollama's `{"error": "..."}`, Anthropic's); status by type."""
+    body = error_body(exc, api)
     headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, OverloadedError) else None
     return JSONResponse(body, status_code=exc.http_status, headers=headers)
 
@@ -34,6 +59,8 @@ def stats_fields(stats: GenerationStats) -> dict[str, Any]:
     timings = {
         "prompt_n": stats.prompt_tokens,
         "prompt_ms": round(stats.ttft_s * 1000, 3),
+        "prompt_per_token_ms": round(stats.ttft_s * 1000 / max(stats.prompt_tokens, 1), 3),
+        "prompt_per_second": round(stats.prompt_tokens / stats.ttft_s, 3) if stats.ttft_s > 0 else 0.0,
         "predicted_n": stats.tokens,
         "predicted_ms": round(stats.elapsed_s * 1000, 3),
         "predicted_per_token_ms": round(gen_s * 1000 / max(stats.tokens - 1, 1), 3),

@@ -9,12 +9,13 @@ structured output, images, n > 1) are refused rather than silently dropped.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.json_schema import models_json_schema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from localspec.errors import UserInputError
+from localspec.server.refusals import NO_VISION, ONE_CHOICE
 from localspec.types import ChatMessage, GenerationRequest, Method, SamplingParams, SpecParams
 
 M = TypeVar("M", bound=BaseModel)
@@ -22,6 +23,8 @@ MAX_STOP = 16
 OPENAI_COMPLETIONS_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
 # Ollama's documented sampling defaults, so Ollama clients get the output they expect.
 OLLAMA_DEFAULTS = SamplingParams(temperature=0.8, top_k=40, top_p=0.9)
+# keep_alive as Ollama parses it: a plain number of seconds, or a Go duration ("5m", "1h30m", "-1s").
+GO_DURATION = re.compile(r"^-?(\d+(\.\d+)?|(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+)$")
 
 
 class _Body(BaseModel):
@@ -46,8 +49,19 @@ class StreamOptions(_Body):
 
 
 class TextPart(_Body):
-    type: Literal["text"] = "text"
-    text: str
+    """A content part; only text parts carry what this daemon reads."""
+
+    type: str = "text"
+    text: str | None = None
+
+    def checked_text(self) -> str:
+        if self.type in ("image_url", "input_audio", "file"):
+            raise UserInputError(f"{self.type} content: {NO_VISION}", param="messages")
+        if self.type != "text" or self.text is None:
+            raise UserInputError(
+                f"{self.type!r} content parts are not supported; send text", param="messages"
+            )
+        return self.text
 
 
 class OpenAIMessage(_Body):
@@ -56,14 +70,17 @@ class OpenAIMessage(_Body):
 
     def to_message(self) -> ChatMessage:
         content = self.content
-        text = "".join(p.text for p in content) if isinstance(content, list) else (content or "")
+        text = "".join(p.checked_text() for p in content) if isinstance(content, list) else (content or "")
         # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
         return ChatMessage("system" if self.role == "developer" else self.role, text)
 
 
 class _OpenAISampling(_Body):
     model: str = Field(..., min_length=1, description="The loaded target's name, or `localspec`.")
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=-1, description="-1 (llama.cpp): until the context is full.")
+    n_predict: int | None = Field(
+        None, ge=-1, description="llama.cpp extension: max_tokens' other name; 0 only reads the prompt."
+    )
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, ge=0.0, le=1.0)
     top_k: int = Field(0, ge=0, description="llama.cpp extension; 0 = off.")
@@ -72,7 +89,7 @@ class _OpenAISampling(_Body):
     stop: str | list[str] | None = Field(None, max_length=MAX_STOP)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="Only one choice per request.")
+    n: int = Field(1, ge=1, description="Only one choice per request.")
     logprobs: bool | None = Field(None, description="Not supported; must be absent or false.")
     speculative: SpeculativeOptions | None = None
 
@@ -88,6 +105,17 @@ class _OpenAISampling(_Body):
     def check_supported(self) -> None:
         if self.logprobs:
             raise UserInputError("logprobs are not supported by localspec", param="logprobs")
+        if self.n > 1:
+            raise UserInputError(ONE_CHOICE, param="n")
+        if self.max_tokens == 0:
+            raise UserInputError("max_tokens must be at least 1 (or -1: no limit)", param="max_tokens")
+
+    def limit(self, default: int, unlimited: int, first: int | None = None) -> int:
+        """Tokens to generate: the first of `first`, max_tokens, n_predict given; negative = no limit."""
+        given = next((n for n in (first, self.max_tokens, self.n_predict) if n is not None), None)
+        if given is None:
+            return default
+        return unlimited if given < 0 else given
 
 
 class ChatCompletionBody(_OpenAISampling):
@@ -134,6 +162,16 @@ class OllamaOptions(_Body):
     seed: int | None = None
     num_predict: int | None = Field(None, ge=-2, description="-1 or -2: until the context is full.")
     stop: list[str] | None = Field(None, max_length=MAX_STOP)
+    num_ctx: int | None = Field(None, ge=1, description="At most the context the daemon serves.")
+
+    def check_context(self, served: int) -> None:
+        """The daemon runs one context size; a request for a larger one cannot be met."""
+        if self.num_ctx is not None and self.num_ctx > served:
+            raise UserInputError(
+                f"options.num_ctx {self.num_ctx} is larger than the {served}-token context this daemon "
+                f"serves; ask for at most {served}, or restart it with --ctx {self.num_ctx}",
+                param="options.num_ctx",
+            )
 
     def sampling(self) -> SamplingParams:
         d = OLLAMA_DEFAULTS
@@ -158,7 +196,17 @@ class _OllamaBody(_Body):
     stream: bool = Field(True, description="Ollama streams unless told not to.")
     options: OllamaOptions = Field(default_factory=lambda: OllamaOptions.model_validate({}))
     format: str | dict[str, Any] | None = None
+    keep_alive: float | str | None = Field(
+        None, description="Accepted (a number of seconds or a duration like 5m); the model stays loaded."
+    )
     speculative: SpeculativeOptions | None = None
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _duration(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, str) and not GO_DURATION.match(value.strip()):
+            raise ValueError(f"{value!r} is neither a number of seconds nor a duration like 5m or 1h30m")
+        return value
 
     def check_supported(self) -> None:
         if self.format:
@@ -176,7 +224,7 @@ class OllamaChatBody(_OllamaBody):
         if self.tools:
             raise UserInputError("tools are not supported by localspec", param="tools")
         if any(m.images for m in self.messages):
-            raise UserInputError("images are not supported by localspec", param="messages")
+            raise UserInputError(f"images: {NO_VISION}", param="messages")
 
 
 class OllamaGenerateBody(_OllamaBody):
@@ -191,7 +239,7 @@ class OllamaGenerateBody(_OllamaBody):
     def check_supported(self) -> None:
         super().check_supported()
         if self.images:
-            raise UserInputError("images are not supported by localspec", param="images")
+            raise UserInputError(f"images: {NO_VISION}", param="images")
 
 
 class OllamaShowBody(_Body):
@@ -238,22 +286,21 @@ def spec_params(options: SpeculativeOptions | None, default: SpecParams) -> Spec
 def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     """A chat completion as an engine request; no max_tokens means until the context is full."""
     body.check_supported()
-    limit = body.max_completion_tokens or body.max_tokens or unlimited
     return GenerationRequest(
         messages=tuple(m.to_message() for m in body.messages),
-        max_tokens=limit,
+        max_tokens=body.limit(unlimited, unlimited, body.max_completion_tokens),
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
     )
 
 
-def completion_request(body: CompletionBody, spec: SpecParams) -> GenerationRequest:
+def completion_request(body: CompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     body.check_supported()
     return GenerationRequest(
         prompt=body.prompt_text(),
         suffix=body.suffix,
-        max_tokens=body.max_tokens or OPENAI_COMPLETIONS_MAX_TOKENS,
+        max_tokens=body.limit(OPENAI_COMPLETIONS_MAX_TOKENS, unlimited),
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
@@ -267,6 +314,7 @@ def _ollama_limit(options: OllamaOptions, unlimited: int) -> int:
 
 def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     body.check_supported()
+    body.options.check_context(unlimited)
     return GenerationRequest(
         messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
         max_tokens=_ollama_limit(body.options, unlimited),
@@ -279,6 +327,7 @@ def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) 
 def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     """As Ollama does: a suffix means fill-in-the-middle, `raw` the bare prompt, else the chat template."""
     body.check_supported()
+    body.options.check_context(unlimited)
     prompt = body.prompt or ""
     common: dict[str, Any] = {
         "max_tokens": _ollama_limit(body.options, unlimited),
@@ -292,57 +341,3 @@ def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimite
         return GenerationRequest(prompt=prompt, **common)
     system = (ChatMessage("system", body.system),) if body.system else ()
     return GenerationRequest(messages=(*system, ChatMessage("user", prompt)), **common)
-
-
-# --- OpenAPI --------------------------------------------------------------------------
-
-REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
-    ("post", "/v1/chat/completions"): ChatCompletionBody,
-    ("post", "/v1/completions"): CompletionBody,
-    ("post", "/api/chat"): OllamaChatBody,
-    ("post", "/api/generate"): OllamaGenerateBody,
-    ("post", "/api/show"): OllamaShowBody,
-}
-GET_ROUTES = ("/health", "/v1/models", "/api/version", "/api/tags", "/metrics", "/openapi.json")
-
-_ERROR_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "error": {
-            "type": "object",
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "null"]},
-            },
-        }
-    },
-}
-
-
-def openapi_schema(version: str) -> dict[str, Any]:
-    """OpenAPI 3.1 for every route, request bodies from the pydantic models above."""
-    _, defs = models_json_schema(
-        [(m, "validation") for m in REQUEST_BODIES.values()], ref_template="#/components/schemas/{model}"
-    )
-    errors = {
-        str(code): {"description": why, "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
-        for code, why in ((400, "bad request"), (404, "unknown model"), (413, "body too large"))
-    }
-    paths: dict[str, Any] = {p: {"get": {"responses": {"200": {"description": "OK"}}}} for p in GET_ROUTES}
-    for (method, path), model in REQUEST_BODIES.items():
-        body = {"$ref": f"#/components/schemas/{model.__name__}"}
-        paths[path] = {
-            method: {
-                "summary": (model.__doc__ or "").strip().splitlines()[0],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
-                "responses": {"200": {"description": "OK (JSON, SSE or NDJSON when streaming)"}, **errors},
-            }
-        }
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "localspec", "version": version},
-        "paths": paths,
-        "components": {"schemas": defs.get("$defs", {})},
-    }

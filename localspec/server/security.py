@@ -67,6 +67,16 @@ def over_tcp(scope: Scope) -> bool:
     return server is not None and server[1] is not None
 
 
+def _has_token(headers: dict[str, list[str]], token: str) -> bool:
+    """The token as OpenAI clients send it (a bearer), or as Anthropic's do (`x-api-key`, Claude Code)."""
+    bearer = headers.get("authorization", [""])[0]
+    api_key = headers.get("x-api-key", [""])[0]
+    # Both compared, whatever the first gives: the time taken says nothing about either.
+    by_bearer = hmac.compare_digest(bearer.encode(), f"Bearer {token}".encode())
+    by_key = hmac.compare_digest(api_key.encode(), token.encode())
+    return by_bearer or by_key
+
+
 def check_request(scope: Scope, policy: SecurityPolicy) -> None:
     """Raise the error a request earns, or return when it may go on."""
     headers = _headers(scope)
@@ -76,10 +86,10 @@ def check_request(scope: Scope, policy: SecurityPolicy) -> None:
             raise ForbiddenError(f"requests from origin {origin!r} are not allowed")
     authenticated = False
     if over_tcp(scope) and policy.token is not None:
-        given = headers.get("authorization", [""])[0]
-        expected = f"Bearer {policy.token}"
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise UnauthorizedError("a bearer token is required: send `Authorization: Bearer <token>`")
+        if not _has_token(headers, policy.token):
+            raise UnauthorizedError(
+                "a bearer token is required: send `Authorization: Bearer <token>` (or `x-api-key: <token>`)"
+            )
         authenticated = True
     hosts = headers.get("host", [])
     if len(hosts) > 1:

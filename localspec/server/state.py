@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
@@ -23,7 +23,11 @@ from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError
 from localspec.models.gguf_info import GGUFInfo
 from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
+from localspec.server.ollama_info import names_model
 from localspec.types import GenerationRequest, GenerationResult, SpecParams, TokenChunk
+
+if TYPE_CHECKING:
+    from localspec.engine.embedding import EmbeddingModel
 
 
 class ServerState:
@@ -38,6 +42,8 @@ class ServerState:
         self.active: set[Handle] = set()
         self.shutting_down = False
         self._gguf_info: GGUFInfo | None = None
+        self._embedder: EmbeddingModel | None = None
+        self._embedder_lock = threading.Lock()
 
     @property
     def model_name(self) -> str:
@@ -53,6 +59,9 @@ class ServerState:
         base = name.removesuffix(":latest")
         if base in (self.model_name, self.engine.config.target.name, self.config.alias):
             return self.model_name
+        # An Ollama-style `family:tag` (qwen2.5-coder:1.5b), matched against the GGUF's own metadata.
+        if ":" in name and names_model(self.gguf_info(), name):
+            return self.model_name
         served = f"{self.model_name!r} (alias {self.config.alias!r})"
         raise ModelNotFoundError(f"model {name!r} is not loaded; this daemon serves {served}", param="model")
 
@@ -64,6 +73,21 @@ class ServerState:
 
             self._gguf_info = read_gguf_info(self.engine.config.target, cache_dir=Paths.from_env().cache_dir)
         return self._gguf_info
+
+    def embedder(self) -> EmbeddingModel | None:
+        """The embedding model (--embed-model), loaded on first use; None when none is configured.
+
+        Blocking (the first call loads the GGUF): call it off the event loop.
+        """
+        path = self.config.embed_model
+        if path is None:
+            return None
+        with self._embedder_lock:
+            if self._embedder is None:
+                from localspec.engine.embedding import EmbeddingModel
+
+                self._embedder = EmbeddingModel(path, n_threads=self.engine.config.load.n_threads)
+            return self._embedder
 
     def health(self) -> dict[str, Any]:
         info = self.engine.info

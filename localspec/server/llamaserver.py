@@ -1,0 +1,127 @@
+"""llama-server's own routes: `/infill` (code completion at the cursor, for llama.vim and
+llama.vscode) and `/completion` (a raw prompt, for llama.cpp providers such as Continue's).
+
+The bodies are llama-server's (`input_prefix`, `prompt`, `input_suffix`, `input_extra`, ...),
+and so is the answer: `content`, `timings`, `tokens_cached`, `generation_settings`, as
+JSON, or `data: {...}` frames when streaming, without OpenAI's `[DONE]`. llama.vim reads
+a body only if it matches `"content"\\s*:"`, so the JSON stays compact (no space after `:`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from localspec.errors import LocalspecError, UserInputError
+from localspec.server.responses import json_bytes, stats_fields
+from localspec.server.schemas import parse_body
+from localspec.server.schemas_llamaserver import (
+    InfillBody,
+    NativeCompletionBody,
+    completion_request,
+    infill_request,
+    pick_fields,
+)
+from localspec.server.state import ServerState, server_state
+from localspec.server.streaming import respond
+from localspec.types import GenerationResult, TokenChunk
+
+
+class LlamaServerFormat:
+    """llama-server's completion shape: partial `content` frames, then the final body with `stop: true`."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, model: str, n_ctx: int, fields: list[str] | None) -> None:
+        self.model = model
+        self.n_ctx = n_ctx
+        self.fields = fields
+        self._predicted = 0
+
+    @staticmethod
+    def _sse(data: dict[str, Any], event: str = "data") -> bytes:
+        return event.encode() + b": " + json_bytes(data) + b"\n\n"
+
+    def chunk(self, chunk: TokenChunk) -> bytes:
+        self._predicted += len(chunk.token_ids)
+        body = {
+            "index": 0,
+            "content": chunk.text,
+            "tokens": list(chunk.token_ids),
+            "stop": False,
+            "id_slot": 0,
+            "tokens_predicted": self._predicted,
+        }
+        return self._sse(body)
+
+    def final(self, result: GenerationResult) -> bytes:
+        return self._sse({**self._body(result), "content": ""})
+
+    def error(self, exc: LocalspecError) -> bytes:
+        # llama-server names a failed stream's frame `error:`, not `data:`.
+        return self._sse({"code": exc.http_status, "message": exc.message, "type": exc.error_type}, "error")
+
+    def whole(self, result: GenerationResult) -> dict[str, Any]:
+        return pick_fields(self._body(result), self.fields)
+
+    def _body(self, result: GenerationResult) -> dict[str, Any]:
+        stats = result.stats
+        return {
+            "index": 0,
+            "content": result.text,
+            "tokens": [],
+            "id_slot": 0,
+            "stop": True,
+            "model": self.model,
+            "tokens_predicted": stats.tokens,
+            "tokens_evaluated": stats.prompt_tokens,
+            "generation_settings": {"n_ctx": self.n_ctx, "model": self.model},
+            "has_new_line": "\n" in result.text,
+            "truncated": False,
+            "stop_type": _stop_type(result),
+            "stopping_word": result.stop_string or "",
+            # What the cache holds afterwards, so the next request that shares it starts there.
+            "tokens_cached": stats.prompt_tokens + max(stats.tokens - 1, 0),
+            **stats_fields(stats),
+        }
+
+
+def _stop_type(result: GenerationResult) -> str:
+    if result.finish_reason == "length":
+        return "limit"
+    return "word" if result.stop_string is not None else "eos"
+
+
+def _check_fim(state: ServerState) -> None:
+    if not state.gguf_info().has_fim:
+        raise UserInputError(
+            f"{state.model_name} has no fill-in-the-middle tokens, so /infill cannot run; "
+            "serve a code model trained for infill (e.g. Qwen2.5-Coder)",
+            param="input_prefix",
+        )
+
+
+async def infill(request: Request) -> Response:
+    state = server_state(request)
+    body = parse_body(await request.body(), InfillBody)
+    model = state.resolve_model(body.model) if body.model else state.model_name
+    await anyio.to_thread.run_sync(_check_fim, state)
+    greq = infill_request(body, state.spec_default, state.unlimited)
+    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
+    return await respond(await state.start(request, greq), body.stream, fmt)
+
+
+async def completion(request: Request) -> Response:
+    state = server_state(request)
+    body = parse_body(await request.body(), NativeCompletionBody)
+    model = state.resolve_model(body.model) if body.model else state.model_name
+    greq = completion_request(body, state.spec_default, state.unlimited)
+    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
+    return await respond(await state.start(request, greq), body.stream, fmt)
+
+
+ROUTES = [Route("/infill", infill, methods=["POST"]), Route("/completion", completion, methods=["POST"])]

@@ -1,0 +1,153 @@
+"""OpenAI's Responses API (`/v1/responses`), stateless: one message of output text per request.
+
+Requests become the same GenerationRequest as chat; `ResponsesFormat` builds the
+Response object from the GenerationResult, or streams OpenAI's event sequence:
+response.created, response.in_progress, response.output_item.added,
+response.content_part.added, response.output_text.delta..., response.output_text.done,
+response.content_part.done, response.output_item.done, then response.completed
+(response.incomplete when max_output_tokens cut it short).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from localspec.errors import LocalspecError
+from localspec.server.responses import json_bytes, stats_fields
+from localspec.server.schemas import parse_body
+from localspec.server.schemas_responses import ResponsesBody, responses_request
+from localspec.server.state import server_state
+from localspec.server.streaming import respond
+from localspec.types import GenerationResult, TokenChunk
+
+
+class ResponsesFormat:
+    """A Response with one assistant message holding one output_text part."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, model: str, body: ResponsesBody) -> None:
+        self.model = model
+        self.body = body
+        self.id = "resp_" + uuid.uuid4().hex[:24]
+        self.item_id = "msg_" + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self._seq = 0
+        self._started = False
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return f"event: {kind}\n".encode() + b"data: " + json_bytes(data) + b"\n\n"
+
+    def _part(self, text: str) -> dict[str, Any]:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+    def _item(self, text: str | None) -> dict[str, Any]:
+        return {
+            "id": self.item_id,
+            "type": "message",
+            "status": "in_progress" if text is None else "completed",
+            "role": "assistant",
+            "content": [] if text is None else [self._part(text)],
+        }
+
+    def _response(self, result: GenerationResult | None) -> dict[str, Any]:
+        status = "in_progress"
+        if result is not None:
+            status = "incomplete" if result.finish_reason == "length" else "completed"
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        out: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": None,
+            "incomplete_details": incomplete,
+            "instructions": self.body.instructions,
+            "max_output_tokens": self.body.max_output_tokens,
+            "model": self.model,
+            "output": [self._item(result.text)] if result is not None else [],
+            "parallel_tool_calls": False,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "store": False,
+            "temperature": self.body.temperature,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "none",
+            "tools": [],
+            "top_p": self.body.top_p,
+            "truncation": "disabled",
+            "metadata": {},
+        }
+        if result is not None:
+            out["usage"] = _usage(result)
+            out.update(stats_fields(result.stats))
+        return out
+
+    def _at(self) -> dict[str, Any]:
+        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+
+    def _start(self) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        head = self._response(None)
+        return b"".join(
+            [
+                self._event("response.created", response=head),
+                self._event("response.in_progress", response=head),
+                self._event("response.output_item.added", output_index=0, item=self._item(None)),
+                self._event("response.content_part.added", **self._at(), part=self._part("")),
+            ]
+        )
+
+    def chunk(self, chunk: TokenChunk) -> bytes:
+        start = self._start()  # first: events are numbered in the order they are made
+        return start + self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=[])
+
+    def final(self, result: GenerationResult) -> bytes:
+        whole = self._response(result)
+        end = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
+        return self._start() + b"".join(
+            [
+                self._event("response.output_text.done", **self._at(), text=result.text, logprobs=[]),
+                self._event("response.content_part.done", **self._at(), part=self._part(result.text)),
+                self._event("response.output_item.done", output_index=0, item=self._item(result.text)),
+                self._event(end, response=whole),
+            ]
+        )
+
+    def error(self, exc: LocalspecError) -> bytes:
+        return self._event("error", code=exc.code, message=exc.message, param=exc.param)
+
+    def whole(self, result: GenerationResult) -> dict[str, Any]:
+        return self._response(result)
+
+
+def _usage(result: GenerationResult) -> dict[str, Any]:
+    prompt, output = result.stats.prompt_tokens, result.stats.tokens
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": result.stats.cached_tokens},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + output,
+    }
+
+
+async def create(request: Request) -> Response:
+    state = server_state(request)
+    body = parse_body(await request.body(), ResponsesBody)
+    model = state.resolve_model(body.model)
+    greq = responses_request(body, state.spec_default, state.unlimited)
+    return await respond(await state.start(request, greq), body.stream, ResponsesFormat(model, body))
+
+
+ROUTES = [Route("/v1/responses", create, methods=["POST"]), Route("/responses", create, methods=["POST"])]

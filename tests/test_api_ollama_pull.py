@@ -1,0 +1,78 @@
+"""/api/pull downloading for real, from a local server that answers like the Hugging Face Hub."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import ollama
+import pytest
+from daemonproc import Daemon, start_daemon
+from test_hub import REPO, FakeHub, _handler
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def fake_hub(tiny_target: Path) -> Iterator[FakeHub]:
+    state = FakeHub()
+    state.repos[REPO] = {"tiny-Q8_0.gguf": b"GGUF-not-this-one", "tiny-Q4_K_M.gguf": tiny_target.read_bytes()}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture(scope="module")
+def pulled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The daemon's models folder, where pulls land (never the checkout's models/)."""
+    return tmp_path_factory.mktemp("pulled")
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, tiny_target: Path, fake_hub: FakeHub, pulled: Path
+) -> Iterator[Daemon]:
+    env = {
+        "HF_ENDPOINT": fake_hub.url,
+        "HF_HOME": str(tmp_path_factory.mktemp("hf")),
+        "LOCALSPEC_MODELS": str(pulled),
+    }
+    d = start_daemon(tmp_path_factory.mktemp("pull-home"), tiny_target, env=env, ctx=512)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[ollama.Client]:
+    transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
+    with ollama.Client(host="http://localhost", transport=transport) as c:
+        yield c
+
+
+def test_pull_streams_progress_and_writes_the_file(
+    client: ollama.Client, pulled: Path, tiny_target: Path
+) -> None:
+    events = list(client.pull(f"hf.co/{REPO}:Q8_0", stream=True))
+    statuses = [e.status for e in events]
+    assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+    progress = [e for e in events if e.status == "pulling tiny-Q8_0.gguf"]
+    assert progress and progress[-1].completed == progress[-1].total == len(b"GGUF-not-this-one")
+    assert (pulled / "tiny-Q8_0.gguf").read_bytes() == b"GGUF-not-this-one"
+    # No tag: localspec pull's own choice, Q4_K_M.
+    assert client.pull(REPO).status == "success"
+    assert (pulled / "tiny-Q4_K_M.gguf").read_bytes() == tiny_target.read_bytes()
+
+
+def test_pull_of_a_missing_quant_says_what_there_is(client: ollama.Client) -> None:
+    with pytest.raises(ollama.ResponseError) as info:
+        client.pull(f"hf.co/{REPO}:Q2_K")
+    assert info.value.status_code == 502
+    assert "no Q2_K .gguf" in info.value.error and "tiny-Q4_K_M.gguf" in info.value.error

@@ -1,0 +1,88 @@
+"""What the daemon cannot serve, refused clearly in each API's own shape, through the real clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import ollama
+import openai
+import pytest
+from daemonproc import Daemon, start_daemon
+
+pytestmark = pytest.mark.timeout(120)
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Iterator[Daemon]:
+    d = start_daemon(tmp_path_factory.mktemp("refusals-home"), tiny_target, ctx=512)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def oai(daemon: Daemon) -> Iterator[openai.OpenAI]:
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
+    # openai types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
+    c = openai.OpenAI(base_url="http://localhost/v1", api_key="socket", http_client=http, max_retries=0)  # type: ignore[arg-type]
+    with c:
+        yield c
+
+
+@pytest.fixture
+def oll(daemon: Daemon) -> Iterator[ollama.Client]:
+    with ollama.Client(
+        host="http://localhost", transport=httpx.HTTPTransport(uds=str(daemon.socket_path))
+    ) as c:
+        yield c
+
+
+def test_openai_embeddings_say_why_not(oai: openai.OpenAI, daemon: Daemon) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        oai.embeddings.create(model="tiny-target", input="hello")
+    assert "generative model" in info.value.message and "embedding model" in info.value.message
+    assert info.value.code == "embeddings_unsupported"
+    with daemon.http() as http:  # llama-server's path, as llama.vscode calls it
+        bare = http.post("/embeddings", json={"input": "hello", "model": "GPT-4", "encoding_format": "float"})
+    assert bare.status_code == 400 and "generative model" in bare.json()["error"]["message"]
+
+
+def test_ollama_embeddings_say_why_not(oll: ollama.Client) -> None:
+    with pytest.raises(ollama.ResponseError) as embed:
+        oll.embed(model="tiny-target", input="hello")
+    assert embed.value.status_code == 400 and "generative model" in embed.value.error
+    with pytest.raises(ollama.ResponseError) as older:
+        oll.embeddings(model="tiny-target", prompt="hello")
+    assert older.value.status_code == 400 and "embedding model" in older.value.error
+
+
+def test_images_are_refused_naming_the_missing_projector(oai: openai.OpenAI, oll: ollama.Client) -> None:
+    with pytest.raises(openai.BadRequestError) as chat:
+        oai.chat.completions.create(
+            model="tiny-target",
+            messages=[{"role": "user", "content": [
+                {"type": "text", "text": "what is this"},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
+            ]}],
+        )  # fmt: skip
+    assert "no vision projector" in chat.value.message
+    with pytest.raises(ollama.ResponseError) as ochat:
+        oll.chat(
+            model="tiny-target", messages=[{"role": "user", "content": "what is this", "images": [PIXEL]}]
+        )
+    assert ochat.value.status_code == 400 and "no vision projector" in ochat.value.error
+    with pytest.raises(ollama.ResponseError) as generate:
+        oll.generate(model="tiny-target", prompt="what is this", images=[PIXEL])
+    assert generate.value.status_code == 400 and "no vision projector" in generate.value.error
+
+
+def test_more_than_one_choice_is_refused(oai: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as chat:
+        oai.chat.completions.create(model="tiny-target", messages=[{"role": "user", "content": "hi"}], n=2)
+    assert "only one choice" in chat.value.message and chat.value.param == "n"
+    with pytest.raises(openai.BadRequestError) as text:
+        oai.completions.create(model="tiny-target", prompt="hi", n=3)
+    assert "only one choice" in text.value.message
