@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from localspec.engine.config import EngineConfig
+from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schema_grammar
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
@@ -100,6 +101,7 @@ class Engine:
         self._kv_tokens: list[int] = []  # what the target's KV cache holds, position by position
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
+        self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
@@ -258,6 +260,7 @@ class Engine:
         assert self._target is not None
         req = job.request
         tokens = prompt_tokens(self._target, req)
+        constraint = self._constraint(req)
         policy, method, k, reason = self._policy(req.speculative)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
@@ -272,6 +275,7 @@ class Engine:
             k=k,
             cancel=job.cancelled,
             reuse=reuse,
+            constraint=constraint,
         )
         gen.stats.fallback_reason = reason
         for chunk in gen.run():
@@ -279,6 +283,19 @@ class Engine:
         assert gen.result is not None
         self._kv_tokens = gen.tokens[: self._target.n_past]
         return gen.result
+
+    def _constraint(self, req: GenerationRequest) -> Constraint | None:
+        """The grammar a request's output must follow, if any."""
+        if req.json_schema is None:
+            return None
+        grammar = json_schema_grammar(req.json_schema)
+        return self._grammar().constraint(grammar)
+
+    def _grammar(self) -> GrammarTokenizer:
+        assert self._target is not None
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = GrammarTokenizer(self._target)
+        return self._grammar_tokenizer
 
     def _policy(self, spec: SpecParams) -> tuple[Policy, str, int, str | None]:
         """A request's policy, method and k cap; a method that cannot run falls back to `none`, with why."""
