@@ -105,6 +105,7 @@ class GenerationRequest:
     # Functions the model may call (rendered by its chat template; calls parsed from its output).
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
     # Structured output: the text must be JSON valid against this schema ({} any JSON value,
     # {"type": "object"} any object). Enforced at every token, speculation included.
     json_schema: Mapping[str, Any] | None = field(default=None, hash=False)

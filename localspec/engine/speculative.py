@@ -361,6 +361,8 @@ class Generation:
             if len(self.generated) >= self.max_tokens:
                 self.finish = "length"
                 break
+        if self.finish is None and self.constraint is not None and self.constraint.finished:
+            self.finish = "stop"  # the grammar allows nothing but the end: no decode to learn it
         if kept and self.stats.ttft_s == 0.0:
             self.stats.ttft_s = time.perf_counter() - t0
         if kept or text:

@@ -26,6 +26,8 @@ from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
 from localspec.engine.prompting import prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
+from localspec.engine.toolcalls import ToolFormat
+from localspec.engine.tooluse import ToolCallFilter, forced_call_grammar, request_tool_format
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
@@ -259,8 +261,9 @@ class Engine:
     def _generate(self, job: Handle) -> GenerationResult:
         assert self._target is not None
         req = job.request
+        tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req)
-        constraint = self._constraint(req)
+        constraint = self._constraint(req, tool_format)
         policy, method, k, reason = self._policy(req.speculative)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
@@ -278,18 +281,25 @@ class Engine:
             constraint=constraint,
         )
         gen.stats.fallback_reason = reason
+        calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
         for chunk in gen.run():
-            job.put(chunk)
+            job.put(chunk if calls is None else replace(chunk, text=calls.push(chunk.text)))
         assert gen.result is not None
         self._kv_tokens = gen.tokens[: self._target.n_past]
-        return gen.result
+        if calls is None:
+            return gen.result
+        tail, result = calls.finish(gen.result)
+        if tail:
+            job.put(TokenChunk(tail, ()))
+        return result
 
-    def _constraint(self, req: GenerationRequest) -> Constraint | None:
-        """The grammar a request's output must follow, if any."""
-        if req.json_schema is None:
-            return None
-        grammar = json_schema_grammar(req.json_schema)
-        return self._grammar().constraint(grammar)
+    def _constraint(self, req: GenerationRequest, tool_format: ToolFormat | None) -> Constraint | None:
+        """The grammar a request's output must follow, if any: a forced tool call, or a JSON schema."""
+        assert self._target is not None
+        grammar = forced_call_grammar(self._target, tool_format, req) if tool_format is not None else None
+        if grammar is None and req.json_schema is not None:
+            grammar = json_schema_grammar(req.json_schema)
+        return self._grammar().constraint(grammar) if grammar is not None else None
 
     def _grammar(self) -> GrammarTokenizer:
         assert self._target is not None
