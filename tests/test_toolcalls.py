@@ -41,15 +41,6 @@ from localspec.types import (
     ToolSpec,
 )
 
-# The shape of Qwen2.5's template, cut to what the tests need.
-HERMES_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\n# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}"
-    '{% endfor %}\n</tools>\nReturn <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n'
-    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-    '{% for c in m.tool_calls or [] %}<tool_call>\n{"name": "{{ c.function.name }}", '
-    '"arguments": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}'
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 WEATHER = ToolSpec(
     "get_weather",
     "Current weather in a city",
@@ -66,13 +57,13 @@ TIME = ToolSpec("get_time", "The time now", {"type": "object", "properties": {}}
 
 
 def test_families_are_read_from_the_template() -> None:
-    assert tool_format(HERMES_TEMPLATE) == HERMES
+    assert tool_format(tinymodels.HERMES_TEMPLATE) == HERMES
     assert tool_format("{{ tools }} [TOOL_CALLS] {{ messages }}") == MISTRAL
     assert tool_format("<|start_header_id|>{% if tools %}{{ tools | tojson }}{% endif %}") == LLAMA3
     assert tool_format("{% for t in tools %}{{ t | tojson }}{% endfor %}") == GENERIC
     assert tool_format(tinymodels.CHATML_TEMPLATE) is None
     assert not supports_tools(None) and not supports_tools("")
-    assert supports_tools(HERMES_TEMPLATE)
+    assert supports_tools(tinymodels.HERMES_TEMPLATE)
 
 
 def test_hermes_calls_are_split_from_the_content() -> None:
@@ -142,9 +133,7 @@ def test_one_call_only_when_parallel_calls_are_off() -> None:
 
 @pytest.fixture(scope="module")
 def hermes_engine(tiny_dir: Path, tiny_related_draft: Path) -> Iterator[Engine]:
-    target = tinymodels.write_tiny_model(
-        tiny_dir / "tiny-hermes.gguf", seed=0, n_layers=3, chat_template=HERMES_TEMPLATE, name="tiny-hermes"
-    )
+    target = tinymodels.write_tool_target(tiny_dir / "tiny-hermes.gguf")
     with make_engine(target, tiny_related_draft, TINY) as engine:
         yield engine
 

@@ -56,7 +56,7 @@ def json_schema_grammar(schema: Mapping[str, Any], param: str = "json_schema") -
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_OPTIONS)
     except (ValueError, TypeError) as exc:
-        raise UserInputError(f"invalid JSON schema: {exc}", param=param) from None
+        raise UserInputError(f"{param}: invalid JSON schema: {exc}", param=param) from None
     check_grammar(grammar, param)
     return grammar
 
@@ -75,7 +75,8 @@ def check_grammar(grammar: str, param: str) -> None:
 
     failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if failed:
-        raise UserInputError(f"unusable schema: {messages[0] if messages else 'invalid'}", param=param)
+        why = messages[0] if messages else "invalid"
+        raise UserInputError(f"{param}: the schema cannot be used: {why}", param=param)
 
 
 class GrammarTokenizer:
