@@ -186,10 +186,11 @@ def test_ollama_format_schema_and_json(ollama_client: ollama.Client) -> None:
     gen = ollama_client.generate(
         model="tiny-tools", prompt="hello", format="json", options={"num_predict": 200}
     )
+    text = gen.response or ""
     if gen.done_reason == "stop":
-        assert isinstance(json.loads(gen.response), dict)
+        assert isinstance(json.loads(text), dict)
     else:
-        assert gen.response.startswith("{")
+        assert text.startswith("{")
 
 
 def test_ollama_rejects_a_bad_format(ollama_client: ollama.Client) -> None:
