@@ -75,6 +75,7 @@ def test_openai_chat_returns_the_call(client: openai.OpenAI) -> None:
     choice = out.choices[0]
     assert choice.finish_reason == "tool_calls", choice
     (call,) = choice.message.tool_calls or []
+    assert call.type == "function"
     assert call.function.name == "get_weather" and "Paris" in _city(call.function.arguments)
     assert "get_weather" not in (choice.message.content or "")
 
