@@ -68,6 +68,7 @@ def test_version_tags_and_show(uds_ollama: ollama.Client, daemon: Daemon) -> Non
     assert shown.template and "im_start" in shown.template
     assert shown.modelinfo is not None and shown.modelinfo["general.architecture"] == "llama"
     assert "insert" in (shown.capabilities or [])
+    assert "tools" not in (shown.capabilities or [])  # a ChatML template that renders no tools
 
 
 def test_chat_stream_equals_non_stream(uds_ollama: ollama.Client) -> None:

@@ -199,3 +199,7 @@ def test_ollama_rejects_a_bad_format(ollama_client: ollama.Client) -> None:
             model="tiny-tools", messages=[{"role": "user", "content": "x"}], format={"type": "strin"}
         )
     assert err.value.status_code == 400 and "format" in err.value.error
+
+
+def test_ollama_show_lists_tools_for_a_template_that_takes_them(ollama_client: ollama.Client) -> None:
+    assert "tools" in (ollama_client.show("tiny-tools").capabilities or [])

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from localspec.engine.toolcalls import supports_tools
 from localspec.errors import LocalspecError, UserInputError
 from localspec.models.gguf_info import GGUFInfo
 from localspec.server.responses import json_bytes, stats_fields
@@ -190,7 +191,11 @@ async def show(request: Request) -> Response:
             "template": info.chat_template or "",
             "details": _details(info),
             "model_info": model_info,
-            "capabilities": ["completion", *(["insert"] if info.has_fim else [])],
+            "capabilities": [
+                "completion",
+                *(["insert"] if info.has_fim else []),
+                *(["tools"] if supports_tools(info.chat_template) else []),
+            ],
             "modified_at": modified,
         }
     )
