@@ -77,6 +77,10 @@ class Policy(Protocol):
 
     def observe(self, outcome: StepOutcome) -> None: ...
 
+    def pause(self, tokens: Sequence[int]) -> None:
+        """A step the policy did not choose (the grammar's forced tokens) follows: close the last one."""
+        ...
+
 
 class FixedPolicy:
     """Always draft k tokens with the same drafter (or never, for None)."""
@@ -89,6 +93,9 @@ class FixedPolicy:
         return self.drafter, self.k
 
     def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+    def pause(self, tokens: Sequence[int]) -> None:
         pass
 
 
@@ -195,6 +202,7 @@ class Generation:
         limit = min(room - 1, self.max_tokens - len(self.generated) - 1, self.target.max_verify_batch - 1)
         forced = self.constraint.forced()[:limit] if self.constraint is not None and limit > 0 else []
         if forced:
+            self.policy.pause(self.tokens)
             return self._forced_step(forced)
         drafter, k = self.policy.choose(StepContext(self.tokens, room, self.stats.steps))
         k = min(k, limit)
