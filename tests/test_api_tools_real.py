@@ -110,3 +110,26 @@ def test_ollama_chat_returns_the_call_with_object_arguments(daemon: Daemon) -> N
     (call,) = out.message.tool_calls or []
     assert call.function.name == "get_weather"
     assert isinstance(call.function.arguments, dict) and "Paris" in _city(dict(call.function.arguments))
+
+
+def test_a_forced_call_is_the_same_with_and_without_speculation(client: openai.OpenAI) -> None:
+    # The grammar masks the 151,936-token vocabulary at every verified position; the draft's tokens
+    # and the grammar's forced ones must leave the greedy answer exactly as the target alone writes it.
+    def ask(method: str) -> Any:
+        return client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[WEATHER],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            temperature=0,
+            max_tokens=40,
+            extra_body={"speculative": {"method": method}},
+        )
+
+    base, spec = ask("none"), ask("draft")
+    assert base.choices[0].finish_reason == spec.choices[0].finish_reason == "tool_calls"
+    (a,), (b,) = base.choices[0].message.tool_calls, spec.choices[0].message.tool_calls
+    assert (a.function.name, a.function.arguments) == (b.function.name, b.function.arguments)
+    assert base.usage.completion_tokens == spec.usage.completion_tokens
+    assert spec.model_extra["localspec"]["method_steps"].get("grammar", 0) > 0
