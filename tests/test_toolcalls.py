@@ -16,16 +16,19 @@ import pytest
 import tinymodels
 from test_engine import TINY, make_engine
 
+from localspec.engine.constraint import GrammarTokenizer
+from localspec.engine.llama import LlamaModel
 from localspec.engine.toolcalls import (
     GENERIC,
     HERMES,
     LLAMA3,
     MISTRAL,
+    lazy_call_grammar,
     parse_tool_calls,
     supports_tools,
     tool_format,
 )
-from localspec.engine.tooluse import ToolCallFilter
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for
 from localspec.engine.worker import Engine
 from localspec.errors import UnsupportedModelError, UserInputError
 from localspec.types import (
@@ -190,3 +193,41 @@ def test_errors_are_clear(hermes_engine: Engine, tiny_target: Path) -> None:
             _ask(chatml, "hi", "auto", "none")
         # tool_choice none: the tools are not used, so any model serves the request.
         assert _ask(chatml, "hi", "none", "none").tool_calls == ()
+
+
+@pytest.fixture(scope="module")
+def tool_tokens(tiny_dir: Path) -> Path:
+    """The Hermes template over a vocabulary where the markers are single special tokens, as in Qwen's."""
+    extra = (tinymodels.IM_START, tinymodels.IM_END, "<tool_call>", "</tool_call>")
+    vocab = tinymodels.build_vocab(extra_tokens=extra)
+    path = tiny_dir / "tiny-tool-tokens.gguf"
+    return tinymodels.write_tiny_model(path, vocab=vocab, chat_template=tinymodels.HERMES_TEMPLATE)
+
+
+def test_in_auto_mode_an_opened_call_must_be_valid_and_its_start_is_drafted(tool_tokens: Path) -> None:
+    model = LlamaModel(tool_tokens, TINY)
+    try:
+        request = GenerationRequest(messages=(ChatMessage("user", "hi"),), tools=(WEATHER,))
+        grammar = call_grammar_for(model, HERMES, request)
+        assert grammar is not None
+        constraint = GrammarTokenizer(model).constraint(grammar)
+        for token in model.tokenize("Let me check the weather.", add_special=False):
+            constraint.accept(token)  # free text is free
+        (opening,) = model.tokenize("<tool_call>", add_special=False, parse_special=True)
+        constraint.accept(opening)
+        # One tool: everything up to the first argument's value is forced, a free draft.
+        forced = b"".join(model.piece(t) for t in constraint.forced()).decode()
+        assert forced == '\n{"name": "get_weather", "arguments": {"city": "'
+        assert constraint.valid_prefix(model.tokenize("Paris", add_special=False)) == 0  # the quote is forced
+    finally:
+        model.close()
+    # Markers spelled out in text cannot trigger anything reliably: no lazy grammar then.
+    assert lazy_call_grammar(HERMES, (WEATHER,), True, lambda marker: None) is None
+
+
+def test_auto_mode_under_its_grammar_is_identical_for_every_method(tool_tokens: Path) -> None:
+    with make_engine(tool_tokens, load=TINY) as engine:
+        for prompt in ("the cat sat on", "hello world"):
+            base = _ask(engine, prompt, "auto", "none")
+            for method in ("ngram", "layerskip"):
+                assert _ask(engine, prompt, "auto", method).token_ids == base.token_ids

@@ -129,10 +129,7 @@ def call_grammar(
     fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice, parallel: bool, special: SpecialFn
 ) -> str:
     """A Lark grammar (llguidance's dialect) whose every sentence is a valid call in `fmt`."""
-    from localspec.engine.constraint import JSON_OPTIONS
-
-    chosen = [t for t in tools if not isinstance(choice, NamedTool) or t.name == choice.name]
-    one = {"anyOf": [_call_schema(fmt, t) for t in chosen], "x-guidance": JSON_OPTIONS}
+    one = _one_call(fmt, tools, choice)
     if fmt.array:
         array = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
         return f"start: {_literal(fmt.start, special)} {_json(array)}\n"
@@ -143,6 +140,30 @@ def call_grammar(
         call += _json(one)
     repeat = ' ("\\n" call)*' if parallel and fmt.end else ""
     return f"start: call{repeat}\ncall: {call}\n"
+
+
+def lazy_call_grammar(
+    fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool, special: SpecialFn
+) -> str | None:
+    """For tool_choice auto: free text, but once the model opens a call, a valid call to the end.
+
+    Only where both markers are single special tokens, which free text can never contain: then
+    the opening token is the trigger, and what follows it is forced as far as the schemas go
+    (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise.
+    """
+    if not (fmt.start and fmt.end) or special(fmt.start) is None or special(fmt.end) is None:
+        return None
+    one = _one_call(fmt, tools, "auto")
+    call = f'{_literal(fmt.start, special)} "\\n" {_json(one)} "\\n" {_literal(fmt.end, special)}'
+    calls = "*" if parallel else "?"
+    return f"start: TEXT? (call TEXT?){calls}\ncall: {call}\nTEXT: /(.|\\n)+/\n"
+
+
+def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+    from localspec.engine.constraint import JSON_OPTIONS
+
+    chosen = [t for t in tools if not isinstance(choice, NamedTool) or t.name == choice.name]
+    return {"anyOf": [_call_schema(fmt, t) for t in chosen], "x-guidance": JSON_OPTIONS}
 
 
 def _call_schema(fmt: ToolFormat, tool: ToolSpec) -> dict[str, Any]:

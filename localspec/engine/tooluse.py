@@ -13,6 +13,7 @@ from localspec.engine.llama import LlamaModel
 from localspec.engine.toolcalls import (
     ToolFormat,
     call_grammar,
+    lazy_call_grammar,
     named_tool_missing,
     parse_tool_calls,
     tool_format,
@@ -39,15 +40,17 @@ def request_tool_format(model: LlamaModel, req: GenerationRequest) -> ToolFormat
     return fmt
 
 
-def forced_call_grammar(model: LlamaModel, fmt: ToolFormat, req: GenerationRequest) -> str | None:
-    """The grammar that makes the answer calls only (tool_choice required or named), else None."""
-    if req.tool_choice == "auto":
-        return None
+def call_grammar_for(model: LlamaModel, fmt: ToolFormat, req: GenerationRequest) -> str | None:
+    """The grammar for a request's calls: the answer is calls only (tool_choice required or named),
+    or free text whose calls, once opened, must be valid (auto, where the model's markers allow)."""
 
     def special(marker: str) -> int | None:
         ids = model.tokenize(marker, add_special=False, parse_special=True)
         return ids[0] if len(ids) == 1 else None
 
+    if req.tool_choice == "auto":
+        lazy = lazy_call_grammar(fmt, req.tools, req.parallel_tool_calls, special)
+        return lark_grammar(lazy, param="tools") if lazy is not None else None
     lark = call_grammar(fmt, req.tools, req.tool_choice, req.parallel_tool_calls, special)
     return lark_grammar(lark, param="tools")
 

@@ -27,7 +27,7 @@ from localspec.engine.llama import LlamaModel, gpu_offload_supported
 from localspec.engine.prompting import prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.toolcalls import ToolFormat
-from localspec.engine.tooluse import ToolCallFilter, forced_call_grammar, request_tool_format
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
@@ -294,11 +294,15 @@ class Engine:
         return result
 
     def _constraint(self, req: GenerationRequest, tool_format: ToolFormat | None) -> Constraint | None:
-        """The grammar a request's output must follow, if any: a forced tool call, or a JSON schema."""
+        """The grammar a request's output must follow, if any: a forced tool call, a JSON schema (which
+        then leaves no room for calls), or valid calls within free text (tool_choice auto)."""
         assert self._target is not None
-        grammar = forced_call_grammar(self._target, tool_format, req) if tool_format is not None else None
-        if grammar is None and req.json_schema is not None:
-            grammar = json_schema_grammar(req.json_schema)
+        if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
+            grammar: str | None = json_schema_grammar(req.json_schema)
+        elif tool_format is not None:
+            grammar = call_grammar_for(self._target, tool_format, req)
+        else:
+            grammar = None
         return self._grammar().constraint(grammar) if grammar is not None else None
 
     def _grammar(self) -> GrammarTokenizer:
