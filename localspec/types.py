@@ -117,7 +117,8 @@ class GenerationStats:
 
     `k` is the cap on tokens drafted per step that the request ran with (0: no drafting);
     `mean_k` the tokens drafted per step, over the steps that drafted any (after the policy's
-    choice, the room left and a drafter stopping early); `method_steps` counts steps per drafter.
+    choice, the room left and a drafter stopping early); `method_steps` counts steps per drafter
+    (`grammar`: steps that drafted what a constraint forced).
     """
 
     method: str = "none"

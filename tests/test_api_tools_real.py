@@ -97,17 +97,23 @@ def test_openai_stream_returns_the_call_as_deltas(client: openai.OpenAI) -> None
     assert "get_weather" not in content  # the call's text never streamed as content
 
 
-def test_ollama_chat_returns_the_call_with_object_arguments(daemon: Daemon) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_ollama_chat_returns_the_call_with_object_arguments(daemon: Daemon, stream: bool) -> None:
     transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
     with ollama.Client(host="http://localhost", transport=transport, timeout=600) as client:
-        out = client.chat(
-            model=MODEL,
-            messages=[{"role": "user", "content": "What is the weather in Paris right now?"}],
-            tools=[dict(WEATHER)],
-            stream=False,
-            options={"temperature": 0, "num_predict": 60},
-        )
-    (call,) = out.message.tool_calls or []
+        kw: dict[str, Any] = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}],
+            "tools": [dict(WEATHER)],
+            "options": {"temperature": 0, "num_predict": 60},
+        }
+        if stream:
+            chunks = list(client.chat(stream=True, **kw))
+            assert chunks[-1].done
+            calls = [c for chunk in chunks for c in chunk.message.tool_calls or []]
+        else:
+            calls = list(client.chat(stream=False, **kw).message.tool_calls or [])
+    (call,) = calls
     assert call.function.name == "get_weather"
     assert isinstance(call.function.arguments, dict) and "Paris" in _city(dict(call.function.arguments))
 
