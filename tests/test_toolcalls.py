@@ -125,6 +125,15 @@ def test_the_filter_releases_what_turned_out_not_to_be_a_call() -> None:
     assert streamed == "a <tool and more"
 
 
+def test_code_streams_while_json_and_fenced_json_wait() -> None:
+    streamed = ToolCallFilter(HERMES, True)
+    assert streamed.push("``") == "" and streamed.push("`py") == "```py"  # a fence of Python code
+    assert streamed.push("thon\nx = 1") == "thon\nx = 1"
+    for opening in ("{", "```json\n{", "```\n{"):
+        held = ToolCallFilter(GENERIC, True)
+        assert "".join(held.push(c) for c in opening + '"name": "f"') == ""
+
+
 def test_one_call_only_when_parallel_calls_are_off() -> None:
     one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     _, result = _filtered([one, "\n", one], parallel=False)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from localspec.engine.constraint import lark_grammar
@@ -55,6 +56,20 @@ def call_grammar_for(model: LlamaModel, fmt: ToolFormat, req: GenerationRequest)
     return lark_grammar(lark, param="tools")
 
 
+# An answer that opens with JSON, bare or in a code fence, may be a call in any family (Qwen2.5-Coder
+# often writes its call as fenced JSON, without <tool_call>); a fence of code in another language is not.
+_CALL_OPENING = re.compile(r"(```(json)?\s*)?\{")
+_ARRAY_OPENING = re.compile(r"(```(json)?\s*)?[\[{]")
+_MAYBE_OPENING = re.compile(r"`{1,3}(j|js|jso|json)?\s*")
+
+
+def _opening(head: str, array: bool) -> bool | None:
+    """Whether an answer's start opens a call: True, False, or None while it cannot be told."""
+    if (_ARRAY_OPENING if array else _CALL_OPENING).match(head):
+        return True
+    return None if _MAYBE_OPENING.fullmatch(head) or not head else False
+
+
 class ToolCallFilter:
     """Streams content, holds back what may be a call, and parses the calls at the end."""
 
@@ -64,7 +79,7 @@ class ToolCallFilter:
         self._text = ""
         self._released = 0  # characters of _text already streamed
         self._holding = False  # a call (maybe) began: nothing more streams until the end
-        self._decided = False  # the first character is known: the answer does not open with a call
+        self._decided = False  # the answer's opening was read: it is not a call
 
     def push(self, text: str) -> str:
         """Add newly final text; return the part that is surely content."""
@@ -72,14 +87,12 @@ class ToolCallFilter:
         if self._holding:
             return ""
         if not self._decided:
-            head = self._text.lstrip()
-            if not head:
-                return ""  # only whitespace so far: not yet known
-            # An answer that opens with JSON or a code fence may be a call in any family (Qwen2.5-Coder
-            # often writes its call as fenced JSON, without <tool_call>).
-            self._holding = head[0] in "{[`"
+            opening = _opening(self._text.lstrip(), self.fmt.array)
+            if opening is None:
+                return ""  # too little text to tell yet
             self._decided = True
-            if self._holding:
+            if opening:
+                self._holding = True
                 return ""
         end = self._marker_start() if self.fmt.end else len(self._text)
         out = self._text[self._released : end]
