@@ -5,18 +5,56 @@ No llama.cpp, no HTTP, no Textual here: the TUI imports these through the client
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Method = Literal["auto", "none", "draft", "ngram", "layerskip"]
 METHODS: tuple[Method, ...] = ("auto", "none", "draft", "ngram", "layerskip")
-FinishReason = Literal["stop", "length", "cancelled"]
+# "tool_calls": the output was one or more tool calls (GenerationResult.tool_calls).
+FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model wrote (or, in history, an earlier one): `arguments` is JSON text."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call: `parameters` is its JSON schema (an object schema)."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+
+# How tools may be used: "auto" (the model chooses), "none" (never), "required" (at least one
+# call), or NamedTool (exactly that function). required and named are enforced by a grammar.
+ToolMode = Literal["auto", "none", "required"]
+
+
+@dataclass(frozen=True)
+class NamedTool:
+    name: str
+
+
+ToolChoice = ToolMode | NamedTool
 
 
 @dataclass(frozen=True)
 class ChatMessage:
+    """One turn. An assistant turn may carry `tool_calls`; a `tool` turn answers `tool_call_id`."""
+
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +121,13 @@ class GenerationRequest:
     # Reuse the KV cache of the longest prefix shared with the previous request (chat turns).
     # Off, the prompt is evaluated from scratch: reproducible to the bit, as benchmarks need.
     cache_prompt: bool = True
+    # Functions the model may call (rendered by its chat template; calls parsed from its output).
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
+    # Structured output: the text must be JSON valid against this schema ({} any JSON value,
+    # {"type": "object"} any object). Enforced at every token, speculation included.
+    json_schema: Mapping[str, Any] | None = field(default=None, hash=False)
 
 
 @dataclass
@@ -91,7 +136,8 @@ class GenerationStats:
 
     `k` is the cap on tokens drafted per step that the request ran with (0: no drafting);
     `mean_k` the tokens drafted per step, over the steps that drafted any (after the policy's
-    choice, the room left and a drafter stopping early); `method_steps` counts steps per drafter.
+    choice, the room left and a drafter stopping early); `method_steps` counts steps per drafter
+    (`grammar`: steps that drafted what a constraint forced).
     """
 
     method: str = "none"
@@ -139,8 +185,11 @@ class TokenChunk:
 
 @dataclass(frozen=True)
 class GenerationResult:
+    """`text` is the content; tool calls the model wrote are in `tool_calls`, not in `text`."""
+
     text: str
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
     stats: GenerationStats
     stop_string: str | None = None  # the request's stop string that ended it, if one did
+    tool_calls: tuple[ToolCall, ...] = ()

@@ -69,7 +69,13 @@ def test_malformed_json_is_400(http: httpx.Client, body: bytes) -> None:
         ({"speculative": {"method": "magic"}}, "speculative.method"),
         ({"speculative": {"k": 0}}, "speculative.k"),
         ({"model": ""}, "model"),
-        ({"tools": [{"type": "function"}]}, "tools"),
+        ({"tools": [{"type": "function"}]}, "tools.0.function"),
+        ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools.0.function.name"),
+        # The tiny target's template renders no tools: a clear refusal, not a silent drop.
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
         ({"logprobs": True}, "logprobs"),
     ],
 )

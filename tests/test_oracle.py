@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 from replaytraces import CPU, GPU, best_fixed, copy_trace, fresh_trace, machine, run_auto
@@ -29,6 +30,9 @@ class Scripted:
         return (None, 0) if method == "none" else (self._drafters[method], k)
 
     def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+    def pause(self, tokens: Sequence[int]) -> None:
         pass
 
 

@@ -40,6 +40,15 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# Tool calls as Qwen2.5's template renders them (Hermes syntax), cut to what the tests need.
+HERMES_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n<tools>{% for tool in tools %}\n{{ tool | tojson }}"
+    '{% endfor %}\n</tools>\nReturn <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n'
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    '{% for c in m.tool_calls or [] %}<tool_call>\n{"name": "{{ c.function.name }}", '
+    '"arguments": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}'
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 # Words (with every "▁"-prefix of each, which SentencePiece merging needs to build
 # them up from characters) that cover English chat and Python code prompts.
 _WORDS = """the a an and or not is are was be to of in on at for with as by from this that it
@@ -341,6 +350,11 @@ RELATED_NOISE = 0.06
 def write_target(path: Path) -> Path:
     """The target: 3 layers, seed 0."""
     return write_tiny_model(path, seed=0, n_layers=3, name="tiny-target")
+
+
+def write_tool_target(path: Path) -> Path:
+    """The target's weights with a template that takes tools: the related draft drafts for it."""
+    return write_tiny_model(path, seed=0, n_layers=3, chat_template=HERMES_TEMPLATE, name="tiny-tools")
 
 
 def write_perfect_draft(path: Path) -> Path:

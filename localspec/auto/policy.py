@@ -271,6 +271,11 @@ class AutoPolicy:
             self._estimator(self._draft.name).observe(outcome.accepted, judged)
             self.confidence.observe(step.confidences[: outcome.judged], outcome.accepted)
 
+    def pause(self, tokens: Sequence[int]) -> None:
+        """Learn from the last step now: the grammar's forced step next is not its to answer for."""
+        self._settle(tokens, self._clock())
+        self._last = None
+
     # --- learning ---------------------------------------------------------------------------------
 
     def _settle(self, tokens: Sequence[int], now: float) -> None:

@@ -206,6 +206,15 @@ class LlamaModel:
             cached = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
         return cached
 
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token of the vocabulary (a scan of it: call once, keep the result)."""
+        return [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)]
+
+    @property
+    def vocab_handle(self) -> llama_cpp.llama_vocab_p:
+        """llama.cpp's vocabulary, for libraries that read it themselves (llguidance's tokenizer)."""
+        return self._vocab
+
     def token_text(self, token: int) -> str:
         if not 0 <= token < self.n_vocab:
             return ""

@@ -9,6 +9,10 @@ Float rounding in llama.cpp depends on the batch size, so a batched verify can
 flip an argmax where the top two logits nearly tie. Where the verify shows such
 a near-tie, that position is decided again with a single-token decode, the way
 the target alone computes it (see `NEAR_TIE`).
+
+A `Constraint` (structured output, forced tool calls) masks the target at every position
+it decides, the first included; it advances only on accepted tokens, so speculation stays
+lossless under it. Where the grammar leaves no choice, its forced tokens are the draft.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import greedy_accept, probabilities, rejection_sample, sample
@@ -72,6 +77,10 @@ class Policy(Protocol):
 
     def observe(self, outcome: StepOutcome) -> None: ...
 
+    def pause(self, tokens: Sequence[int]) -> None:
+        """A step the policy did not choose (the grammar's forced tokens) follows: close the last one."""
+        ...
+
 
 class FixedPolicy:
     """Always draft k tokens with the same drafter (or never, for None)."""
@@ -84,6 +93,9 @@ class FixedPolicy:
         return self.drafter, self.k
 
     def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+    def pause(self, tokens: Sequence[int]) -> None:
         pass
 
 
@@ -125,11 +137,13 @@ class Generation:
         reuse: int = 0,
         time_limit_s: float | None = None,
         min_indent: int = 0,
+        constraint: Constraint | None = None,
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
 
         `time_limit_s`: stop at the first newline past this many seconds of generation (or at
         once, past it, when a newline was already written), as llama-server's t_max_predict_ms.
+        `constraint`: a grammar every generated token must follow.
         """
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
@@ -141,6 +155,7 @@ class Generation:
         self._newline = False
         self.params = params
         self.policy = policy
+        self.constraint = constraint
         self.cancel = cancel or threading.Event()
         self.rng = np.random.default_rng(params.seed)
         self.stream = TextStream(stop, min_indent)
@@ -175,7 +190,9 @@ class Generation:
             self.stats.ttft_s = time.perf_counter() - t0
             self._close(t0)
             return
-        first = self._pick(self.target.logits(-1))
+        first = self._pick(self._masked(self.target.logits(-1)))
+        if self.constraint is not None:
+            self.constraint.accept(first)
         yield from self._emit(_Step([first], 0), t0)
         while self.finish is None:
             if self.cancel.is_set():
@@ -193,10 +210,15 @@ class Generation:
         if room < 1:
             self.finish = "length"
             return _Step([], 0)
-        drafter, k = self.policy.choose(StepContext(self.tokens, room, self.stats.steps))
         # Never draft past the context, past what max_tokens lets through (the step adds one more) or
         # past the largest verify batch that rounds like one-token decoding.
-        k = min(k, room - 1, self.max_tokens - len(self.generated) - 1, self.target.max_verify_batch - 1)
+        limit = min(room - 1, self.max_tokens - len(self.generated) - 1, self.target.max_verify_batch - 1)
+        forced = self.constraint.forced()[:limit] if self.constraint is not None and limit > 0 else []
+        if forced:
+            self.policy.pause(self.tokens)
+            return self._forced_step(forced)
+        drafter, k = self.policy.choose(StepContext(self.tokens, room, self.stats.steps))
+        k = min(k, limit)
         draft = self._draft(drafter, k) if drafter is not None and k > 0 else Draft()
         self.stats.steps += 1
         name = drafter.name if drafter is not None and draft.tokens else "none"
@@ -222,6 +244,15 @@ class Generation:
         )
         return step
 
+    def _forced_step(self, forced: list[int]) -> _Step:
+        """Draft what the grammar forces: always right unless the target spells it otherwise.
+
+        Not the policy's step, so the policy neither chooses nor learns from it."""
+        self.stats.steps += 1
+        self.stats.method_steps["grammar"] = self.stats.method_steps.get("grammar", 0) + 1
+        self._drafted_total += len(forced)
+        return self._verify(Draft(forced, [None] * len(forced)))
+
     def _draft(self, drafter: Drafter, k: int) -> Draft:
         if id(drafter) not in self._drafters_started:
             drafter.start(self.prompt, fresh=not self.reuse)
@@ -233,6 +264,18 @@ class Generation:
             self.policy = FixedPolicy(None, 0)
             return Draft()
         self.stats.draft_s += draft.seconds
+        return self._within_grammar(draft)
+
+    def _within_grammar(self, draft: Draft) -> Draft:
+        """Cut a draft at its first token the grammar forbids: the verify would reject it anyway.
+
+        Only where that leaves the output's distribution alone: greedy, or a deterministic draft
+        (a sampled draft's rejection draws from max(0, p - q), which the cut would skip)."""
+        if self.constraint is None or not (self.params.greedy or all(q is None for q in draft.probs)):
+            return draft
+        n = self.constraint.valid_prefix(draft.tokens)
+        if n < len(draft.tokens):
+            draft.tokens, draft.probs = draft.tokens[:n], draft.probs[:n]
         return draft
 
     # --- verification -----------------------------------------------------------
@@ -241,24 +284,40 @@ class Generation:
         base = self.target.n_past
         batch = [self.tokens[-1], *draft.tokens]
         self.stats.target_s += self.target.decode(batch, len(batch))
-        if self.params.greedy:
-            verdict = self._verify_greedy(batch, base)
-        else:
-            rows = [probabilities(self.target.logits(i), self.params) for i in range(len(batch))]
-            sampled = rejection_sample(draft.tokens, draft.probs, rows, self.rng)
-            n = sampled.n_accepted
-            verdict = _Judgement(n, sampled.next_token, len(draft.tokens), n, min(n + 1, len(batch)))
+        verdict = self._verify_greedy(batch, base) if self.params.greedy else self._verify_sampled(draft)
+        if self.constraint is not None:  # it holds the kept draft tokens; the step adds `next`
+            self.constraint.accept(verdict.next)
         # The target's cache holds the last accepted token plus the draft; keep what was accepted.
         self.target.truncate(base + 1 + verdict.keep)
         self._count(verdict.judged, verdict.accepted)
         new_tokens = [*draft.tokens[: verdict.keep], verdict.next]
         return _Step(new_tokens, verdict.accepted, verdict.judged, verdict.examined)
 
+    def _verify_sampled(self, draft: Draft) -> _Judgement:
+        tokens, probs = draft.tokens, draft.probs
+        rows: list[npt.NDArray[np.float64]] = []
+        consumed = 0  # drafted tokens the constraint took while the rows were masked
+        for i in range(len(tokens) + 1):
+            rows.append(probabilities(self._masked(self.target.logits(i)), self.params))
+            if i < len(tokens) and self.constraint is not None:
+                if not self.constraint.allows(tokens[i]):
+                    # p(token) is 0: rejected here for certain, so the rows after it are never read.
+                    tokens, probs = tokens[: i + 1], probs[: i + 1]
+                    rows.append(rows[-1])
+                    break
+                self.constraint.accept(tokens[i])
+                consumed += 1
+        sampled = rejection_sample(tokens, probs, rows, self.rng)
+        n = sampled.n_accepted
+        if self.constraint is not None:
+            self.constraint.rollback(consumed - n)
+        return _Judgement(n, sampled.next_token, len(tokens), n, min(n + 1, len(draft.tokens) + 1))
+
     def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
         draft = batch[1:]
         choices: list[int] = []
         for i in range(len(batch)):
-            row = self.target.logits(i)
+            row = self._masked(self.target.logits(i))
             choice = int(row.argmax())
             # Fast loading makes no batch round like one-token decoding: a re-decide would cost a
             # decode and still not make the output exact, so near-ties are re-decided only when exact.
@@ -267,6 +326,8 @@ class Generation:
             choices.append(choice)
             if i < len(draft) and draft[i] != choice:
                 break
+            if i < len(draft) and self.constraint is not None:
+                self.constraint.accept(choice)  # the grammar follows the accepted prefix
         n_acc = greedy_accept(draft, choices)
         return _Judgement(n_acc, choices[n_acc], len(draft), n_acc, len(choices))
 
@@ -277,10 +338,13 @@ class Generation:
         self.stats.target_s += seconds
         self._redecide_s += seconds
         self.stats.redecided += 1
-        choice = int(self.target.logits(-1).argmax())
+        choice = int(self._masked(self.target.logits(-1)).argmax())
         draft = batch[1:]
         judged = min(i + 1, len(draft))
         return _Judgement(i, choice, judged, i + int(i < len(draft) and draft[i] == choice), i + 1)
+
+    def _masked(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        return logits if self.constraint is None else self.constraint.mask(logits)
 
     def _pick(self, logits: npt.NDArray[np.float32]) -> int:
         if self.params.greedy:
@@ -318,6 +382,8 @@ class Generation:
             if len(self.generated) >= self.max_tokens or self._out_of_time(text, t0):
                 self.finish = "length"
                 break
+        if self.finish is None and self.constraint is not None and self.constraint.finished:
+            self.finish = "stop"  # the grammar allows nothing but the end: no decode to learn it
         if kept and self.stats.ttft_s == 0.0:
             self.stats.ttft_s = time.perf_counter() - t0
         if kept or text:

@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from localspec.engine.config import EngineConfig
+from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schema_grammar
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
 from localspec.engine.prompting import prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
+from localspec.engine.toolcalls import ToolFormat
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, TokenChunk
 
@@ -100,6 +103,7 @@ class Engine:
         self._kv_tokens: list[int] = []  # what the target's KV cache holds, position by position
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
+        self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
@@ -268,7 +272,9 @@ class Engine:
     def _generate(self, job: Handle) -> GenerationResult:
         assert self._target is not None
         req = job.request
+        tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req)
+        constraint = self._constraint(req, tool_format)
         policy, method, k, reason = self._policy(req)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
@@ -285,14 +291,39 @@ class Engine:
             reuse=reuse,
             time_limit_s=req.time_limit_s,
             min_indent=req.min_indent,
+            constraint=constraint,
         )
         gen.stats.fallback_reason = reason
+        calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
         for chunk in gen.run():
-            job.put(chunk)
+            job.put(chunk if calls is None else replace(chunk, text=calls.push(chunk.text)))
         assert gen.result is not None
         self._kv_tokens = gen.tokens[: self._target.n_past]
         self._ngram_memory.remember(gen.tokens)
-        return gen.result
+        if calls is None:
+            return gen.result
+        tail, result = calls.finish(gen.result)
+        if tail:
+            job.put(TokenChunk(tail, ()))
+        return result
+
+    def _constraint(self, req: GenerationRequest, tool_format: ToolFormat | None) -> Constraint | None:
+        """The grammar a request's output must follow, if any: a forced tool call, a JSON schema (which
+        then leaves no room for calls), or valid calls within free text (tool_choice auto)."""
+        assert self._target is not None
+        if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
+            grammar: str | None = json_schema_grammar(req.json_schema)
+        elif tool_format is not None:
+            grammar = call_grammar_for(self._target, tool_format, req)
+        else:
+            grammar = None
+        return self._grammar().constraint(grammar) if grammar is not None else None
+
+    def _grammar(self) -> GrammarTokenizer:
+        assert self._target is not None
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = GrammarTokenizer(self._target)
+        return self._grammar_tokenizer
 
     def _policy(self, req: GenerationRequest) -> tuple[Policy, str, int, str | None]:
         """A request's policy, method and k cap; a method that cannot run falls back to `none`, with why."""

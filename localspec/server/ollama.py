@@ -24,6 +24,7 @@ from localspec.server.schemas import (
 )
 from localspec.server.state import ServerState
 from localspec.server.streaming import respond
+from localspec.server.toolschemas import ollama_tool_calls
 from localspec.types import GenerationResult, GenerationStats, TokenChunk
 
 # Plugins gate features on Ollama's version; this is the API level the routes here follow.
@@ -55,10 +56,13 @@ class OllamaFormat:
         self.model = model
         self.chat = chat
 
-    def _text(self, text: str) -> dict[str, Any]:
-        if self.chat:
-            return {"message": {"role": "assistant", "content": text}}
-        return {"response": text}
+    def _text(self, text: str, result: GenerationResult | None = None) -> dict[str, Any]:
+        if not self.chat:
+            return {"response": text}
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if result is not None and result.tool_calls:
+            message["tool_calls"] = ollama_tool_calls(result.tool_calls)
+        return {"message": message}
 
     def chunk(self, chunk: TokenChunk) -> bytes:
         body = {"model": self.model, "created_at": _now(), **self._text(chunk.text), "done": False}
@@ -69,7 +73,7 @@ class OllamaFormat:
         return {
             "model": self.model,
             "created_at": _now(),
-            **self._text(text),
+            **self._text(text, result),
             "done": True,
             "done_reason": done_reason,
             **_durations(result.stats),
@@ -77,7 +81,11 @@ class OllamaFormat:
         }
 
     def final(self, result: GenerationResult) -> bytes:
-        return json_bytes(self._done(result, "")) + b"\n"
+        head = b""
+        if result.tool_calls:  # as Ollama streams them: the calls in a chunk of their own, then done
+            calls = {"model": self.model, "created_at": _now(), **self._text("", result), "done": False}
+            head = json_bytes(calls) + b"\n"
+        return head + json_bytes({**self._done(result, ""), **self._text("")}) + b"\n"
 
     def error(self, exc: LocalspecError) -> bytes:
         return json_bytes({"error": exc.message}) + b"\n"

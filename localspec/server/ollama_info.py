@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from localspec.engine.toolcalls import supports_tools
 from localspec.models.gguf_info import GGUFInfo
 
 # Ollama's /api/show pads each parameter name to this width (server/routes.go).
@@ -20,12 +21,14 @@ PARAM_WIDTH = 30
 def capabilities(info: GGUFInfo) -> list[str]:
     """What the served model can be asked for, in Ollama's words; the one place that decides it.
 
-    `completion` always; `insert` when the model has fill-in-the-middle tokens. Tool calling
-    adds `tools` here once the engine can constrain output to a tool call.
+    `completion` always; `insert` when the model has fill-in-the-middle tokens; `tools` when its
+    chat template renders tools (the engine then parses and constrains calls in its syntax).
     """
     caps = ["completion"]
     if info.has_fim:
         caps.append("insert")
+    if supports_tools(info.chat_template):
+        caps.append("tools")
     return caps
 
 

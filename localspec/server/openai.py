@@ -25,6 +25,7 @@ from localspec.server.schemas import (
 )
 from localspec.server.state import server_state
 from localspec.server.streaming import respond
+from localspec.server.toolschemas import openai_tool_calls
 from localspec.types import GenerationResult, TokenChunk
 
 
@@ -49,7 +50,8 @@ class OpenAIFormat:
     def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
         if not self.chat:
             return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-        delta: dict[str, Any] = {} if text is None else {"content": text}
+        # A step whose text is held back (a tool call being written) sends no content.
+        delta: dict[str, Any] = {"content": text} if text else {}
         if not self._role_sent:
             delta["role"] = "assistant"
             self._role_sent = True
@@ -67,8 +69,14 @@ class OpenAIFormat:
         )
 
     def final(self, result: GenerationResult) -> bytes:
+        frames = []
+        if result.tool_calls:
+            # The calls in one delta each: clients join the deltas of an index into one call.
+            calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
+            choice = {"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}
+            frames.append(self._sse({**self._head(True), "choices": [choice]}))
         body = {**self._head(True), "choices": [self._choice(None, finish_reason(result))]}
-        frames = [self._sse({**body, **stats_fields(result.stats)})]
+        frames.append(self._sse({**body, **stats_fields(result.stats)}))
         if self.include_usage:
             frames.append(self._sse({**self._head(True), "choices": [], "usage": _usage(result)}))
         return b"".join(frames) + b"data: [DONE]\n\n"
@@ -79,12 +87,11 @@ class OpenAIFormat:
     def whole(self, result: GenerationResult) -> dict[str, Any]:
         finish = finish_reason(result)
         if self.chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": result.text},
-                "logprobs": None,
-                "finish_reason": finish,
-            }
+            message: dict[str, Any] = {"role": "assistant", "content": result.text}
+            if result.tool_calls:
+                message["content"] = result.text or None
+                message["tool_calls"] = self._tool_calls(result)
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": finish}
         return {
@@ -93,6 +100,10 @@ class OpenAIFormat:
             "usage": _usage(result),
             **stats_fields(result.stats),
         }
+
+    def _tool_calls(self, result: GenerationResult) -> list[dict[str, Any]]:
+        ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in result.tool_calls]
+        return openai_tool_calls(list(result.tool_calls), ids)
 
 
 def _usage(result: GenerationResult) -> dict[str, int]:

@@ -49,8 +49,8 @@ def error_response(exc: LocalspecError, api: Api) -> JSONResponse:
 
 
 def finish_reason(result: GenerationResult) -> str:
-    # "cancelled" only reaches a client that left; OpenAI's vocabulary has stop and length.
-    return "length" if result.finish_reason == "length" else "stop"
+    # "cancelled" only reaches a client that left; OpenAI's vocabulary has stop, length, tool_calls.
+    return result.finish_reason if result.finish_reason in ("length", "tool_calls") else "stop"
 
 
 def stats_fields(stats: GenerationStats) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 Each body turns into one `GenerationRequest`; nothing here knows HTTP routing
 or the engine. Unknown fields are ignored, as OpenAI and Ollama clients send
-many the daemon has no use for; fields the daemon cannot honour (tools,
-structured output, images, n > 1) are refused rather than silently dropped.
+many the daemon has no use for; fields the daemon cannot honour (images,
+n > 1, logprobs) are refused rather than silently dropped. Tool and structured-output
+bodies are in `toolschemas`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from localspec.errors import UserInputError
 from localspec.server.refusals import NO_VISION, ONE_CHOICE
+from localspec.server.toolschemas import (
+    OpenAIToolCall,
+    OpenAIToolChoice,
+    ResponseFormat,
+    Tool,
+    ollama_format_schema,
+    tool_choice,
+    tool_specs,
+)
 from localspec.types import ChatMessage, GenerationRequest, Method, SamplingParams, SpecParams
 
 M = TypeVar("M", bound=BaseModel)
@@ -67,12 +77,17 @@ class TextPart(_Body):
 class OpenAIMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[OpenAIToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def to_message(self) -> ChatMessage:
         content = self.content
         text = "".join(p.checked_text() for p in content) if isinstance(content, list) else (content or "")
+        calls = tuple(c.to_call() for c in self.tool_calls or ())
         # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
-        return ChatMessage("system" if self.role == "developer" else self.role, text)
+        role = "system" if self.role == "developer" else self.role
+        return ChatMessage(role, text, calls, self.tool_call_id, self.name)
 
 
 class _OpenAISampling(_Body):
@@ -123,15 +138,18 @@ class ChatCompletionBody(_OpenAISampling):
 
     messages: list[OpenAIMessage] = Field(..., min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list[dict[str, Any]] | None = None
-    response_format: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: OpenAIToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    functions: list[dict[str, Any]] | None = Field(None, description="Deprecated by OpenAI; use tools.")
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.tools:
-            raise UserInputError("tools are not supported by localspec", param="tools")
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            raise UserInputError("only response_format {type: text} is supported", param="response_format")
+        if self.functions:
+            raise UserInputError(
+                "`functions` is deprecated and not supported; send `tools`", param="functions"
+            )
 
 
 class CompletionBody(_OpenAISampling):
@@ -189,13 +207,19 @@ class OllamaMessage(_Body):
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     images: list[str] | None = None
+    tool_calls: list[OpenAIToolCall] | None = None
+    tool_name: str | None = None
+
+    def to_message(self) -> ChatMessage:
+        calls = tuple(c.to_call() for c in self.tool_calls or ())
+        return ChatMessage(self.role, self.content, calls, name=self.tool_name)
 
 
 class _OllamaBody(_Body):
     model: str = Field(..., min_length=1)
     stream: bool = Field(True, description="Ollama streams unless told not to.")
     options: OllamaOptions = Field(default_factory=lambda: OllamaOptions.model_validate({}))
-    format: str | dict[str, Any] | None = None
+    format: str | dict[str, Any] | None = Field(None, description='"json" or a JSON schema.')
     keep_alive: float | str | None = Field(
         None, description="Accepted (a number of seconds or a duration like 5m); the model stays loaded."
     )
@@ -209,20 +233,17 @@ class _OllamaBody(_Body):
         return value
 
     def check_supported(self) -> None:
-        if self.format:
-            raise UserInputError("structured output (format) is not supported by localspec", param="format")
+        pass
 
 
 class OllamaChatBody(_OllamaBody):
     """POST /api/chat; no messages only loads the model, as in Ollama."""
 
     messages: list[OllamaMessage] = Field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[Tool] | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.tools:
-            raise UserInputError("tools are not supported by localspec", param="tools")
         if any(m.images for m in self.messages):
             raise UserInputError(f"images: {NO_VISION}", param="messages")
 
@@ -292,6 +313,10 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
+        tools=tool_specs(body.tools),
+        tool_choice=tool_choice(body.tool_choice),
+        parallel_tool_calls=body.parallel_tool_calls,
+        json_schema=body.response_format.output_schema() if body.response_format else None,
     )
 
 
@@ -316,11 +341,13 @@ def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) 
     body.check_supported()
     body.options.check_context(unlimited)
     return GenerationRequest(
-        messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
+        messages=tuple(m.to_message() for m in body.messages),
         max_tokens=_ollama_limit(body.options, unlimited),
         stop=stop_strings(body.options.stop),
         sampling=body.options.sampling(),
         speculative=spec_params(body.speculative, spec),
+        tools=tool_specs(body.tools),
+        json_schema=ollama_format_schema(body.format),
     )
 
 
@@ -334,6 +361,7 @@ def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimite
         "stop": stop_strings(body.options.stop),
         "sampling": body.options.sampling(),
         "speculative": spec_params(body.speculative, spec),
+        "json_schema": ollama_format_schema(body.format),
     }
     if body.suffix:
         return GenerationRequest(prompt=prompt, suffix=body.suffix, **common)

@@ -1,0 +1,145 @@
+"""Constrained decoding: a grammar masks the target's logits at every position it decides.
+
+The grammar engine is llguidance (pip `llguidance`), chosen over llama.cpp's own grammar
+sampler by measuring both on this project's 2-core CPU with the real Qwen2.5-Coder 1.5B
+vocabulary (151,936 tokens), a JSON schema of 3 fields and a 31-token answer:
+
+    llguidance mask        0.03 ms a position (max 0.16 ms), + 0.14 ms to apply it with numpy
+    llguidance rollback    0.03 ms (rollback(1) + consume_token)
+    llama.cpp grammar      18.3 ms a position (max 49.8 ms) through llama_sampler_apply on
+                           151,936 candidates; clone for rollback 0.004 ms
+
+A 1.5B decode step costs ~60 ms here, so llama.cpp's sampler would add a third to every token
+(and more to a verify batch, which masks each of its positions); llguidance adds well under 1%.
+Building llguidance's tokenizer from the vocabulary costs ~0.9 s, once per model.
+
+Lossless with speculation: the constraint advances only on tokens the target accepted, so at
+every verified position it masks the target's distribution in the state that position sees;
+a drafted token the grammar forbids has probability 0 there and is always rejected. The
+constraint never needs to be told about rejected tokens, and `rollback` undoes what a verify
+tentatively consumed, in step with the KV cache.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from localspec.errors import LocalspecError, UserInputError
+
+if TYPE_CHECKING:
+    import llguidance
+    from llguidance._lib import JsonCompileOptions
+
+    from localspec.engine.llama import LlamaModel
+
+# JSON as json.dumps writes it ({"a": 1, "b": [2, 3]}): one spelling, so the grammar forces every
+# separator (free drafts) and a small model cannot loop on whitespace; tool calls are trained on it.
+JSON_OPTIONS: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "key_separator": ": ",
+    "item_separator": ", ",
+    # Keywords llguidance does not implement (rare) are ignored rather than refusing the request.
+    "lenient": True,
+}
+
+
+def json_schema_grammar(schema: Mapping[str, Any], param: str = "json_schema") -> str:
+    """llguidance's grammar for JSON valid against `schema`; UserInputError names `param` if invalid."""
+    import llguidance
+
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=JSON_OPTIONS)
+    except (ValueError, TypeError) as exc:
+        raise UserInputError(f"{param}: invalid JSON schema: {exc}", param=param) from None
+    check_grammar(grammar, param)
+    return grammar
+
+
+def lark_grammar(lark: str, param: str) -> str:
+    import llguidance
+
+    grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+    check_grammar(grammar, param)
+    return grammar
+
+
+def check_grammar(grammar: str, param: str) -> None:
+    """Validate a grammar without a tokenizer (no model needed), so the API can refuse it up front."""
+    import llguidance
+
+    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if failed:
+        why = messages[0] if messages else "invalid"
+        raise UserInputError(f"{param}: the schema cannot be used: {why}", param=param)
+
+
+class GrammarTokenizer:
+    """llguidance's view of one model's vocabulary; build once per model (~0.9 s for 151k tokens)."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        from llguidance.llamacpp import lltokenizer_from_vocab
+
+        # Every end-of-generation token (EOS, EOT, <|im_end|>...) ends a finished grammar.
+        eog = model.eog_tokens()
+        self.n_vocab = model.n_vocab
+        # llguidance reads token attributes through a llama-cpp-python alias that warns it is deprecated.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.tokenizer = lltokenizer_from_vocab(model.vocab_handle, eos_token=eog or None)
+
+    def constraint(self, grammar: str) -> Constraint:
+        import llguidance
+
+        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise UserInputError(f"unusable grammar: {matcher.get_error()}", param="json_schema")
+        return Constraint(matcher, self.n_vocab)
+
+
+class Constraint:
+    """One request's grammar state: which tokens may come next, advanced token by token."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int) -> None:
+        self._matcher = matcher
+        self._n_vocab = n_vocab
+        self._bits = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
+
+    def allowed(self) -> npt.NDArray[np.bool_]:
+        """A boolean per token: may it come next?"""
+        self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self._n_vocab]
+        return bits.view(np.bool_)
+
+    def mask(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """A copy of `logits` with every token the grammar forbids next at -inf."""
+        return np.where(self.allowed(), logits, np.float32(-np.inf)).astype(np.float32, copy=False)
+
+    def allows(self, token: int) -> bool:
+        return bool(self._matcher.validate_tokens([token]) == 1)
+
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the first, the grammar would take now (nothing is consumed)."""
+        return int(self._matcher.validate_tokens(list(tokens))) if tokens else 0
+
+    def accept(self, token: int) -> None:
+        if not self._matcher.consume_token(token):
+            raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")
+
+    def rollback(self, n: int) -> None:
+        if n > 0:
+            self._matcher.rollback(n)
+
+    def forced(self) -> list[int]:
+        """The tokens the grammar allows no alternative to from here (a free, almost always right draft)."""
+        return list(self._matcher.compute_ff_tokens())
+
+    @property
+    def finished(self) -> bool:
+        """Only end-of-generation may follow."""
+        return bool(self._matcher.is_stopped())

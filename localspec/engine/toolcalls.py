@@ -1,0 +1,192 @@
+"""Tool calls in a model's own syntax: which family a chat template speaks, parsing, forcing.
+
+Pure text and JSON (no llama.cpp), so the API can ask `supports_tools(template)` of a GGUF's
+template alone. Families, detected from the template text:
+
+- hermes (Qwen2.5, Qwen3, Hermes): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`
+- mistral: `[TOOL_CALLS] [{"name": ..., "arguments": {...}}]`
+- llama3 (Llama 3.1+): `{"name": ..., "parameters": {...}}` (custom tools are bare JSON)
+- generic: a template that renders `tools` with none of those markers: a bare JSON call
+
+Control tokens such as `[TOOL_CALLS]` and `<|python_tag|>` render as no text, so for the
+families without a text marker a call is an answer that is JSON from its first character.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from localspec.types import NamedTool, ToolCall, ToolChoice, ToolSpec
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """How one template family writes a call. `start`/`end` wrap each call ("" for bare JSON)."""
+
+    family: str
+    start: str = ""
+    end: str = ""
+    args_key: str = "arguments"
+    # The whole answer is one JSON array of calls (mistral) rather than one object per call.
+    array: bool = False
+
+
+HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>")
+MISTRAL = ToolFormat("mistral", "[TOOL_CALLS]", array=True)
+LLAMA3 = ToolFormat("llama3", args_key="parameters")
+GENERIC = ToolFormat("generic")
+
+_USES_TOOLS = re.compile(r"\btools\b")
+
+
+def tool_format(template: str | None) -> ToolFormat | None:
+    """The tool-call family a chat template speaks, or None when it has no tool support."""
+    if not template or not _USES_TOOLS.search(template):
+        return None
+    if "<tool_call>" in template:
+        return HERMES
+    if "[TOOL_CALLS]" in template:
+        return MISTRAL
+    if "<|python_tag|>" in template or "<|start_header_id|>" in template:
+        return LLAMA3
+    return GENERIC
+
+
+def supports_tools(template: str | None) -> bool:
+    """Whether a model with this chat template can be given tools (Ollama's `tools` capability)."""
+    return tool_format(template) is not None
+
+
+# --- parsing -------------------------------------------------------------------------
+
+
+def parse_tool_calls(fmt: ToolFormat, text: str) -> tuple[str, list[ToolCall]]:
+    """Split a model's answer into its content and the calls it wrote (none if it wrote none)."""
+    if fmt.start and fmt.end:
+        content, calls = _parse_wrapped(fmt, text)
+        if calls:
+            return content, calls
+    body = _unfence(text.strip().removeprefix(fmt.start).strip())
+    calls = _calls_from_json(fmt, body)
+    return ("", calls) if calls else (text, [])
+
+
+def _parse_wrapped(fmt: ToolFormat, text: str) -> tuple[str, list[ToolCall]]:
+    pattern = re.escape(fmt.start) + r"(.*?)(?:" + re.escape(fmt.end) + r"|$)"
+    calls: list[ToolCall] = []
+    for body in re.findall(pattern, text, flags=re.DOTALL):
+        calls.extend(_calls_from_json(fmt, body.strip()))
+    if not calls:
+        return text, []
+    content = re.sub(pattern, "", text, flags=re.DOTALL)
+    return content.strip(), calls
+
+
+def _unfence(text: str) -> str:
+    """Models often wrap JSON in a Markdown code fence."""
+    match = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.DOTALL)
+    return match.group(1) if match else text
+
+
+def _calls_from_json(fmt: ToolFormat, body: str) -> list[ToolCall]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return []
+    items = data if isinstance(data, list) else [data]
+    calls = [_call(fmt, item) for item in items]
+    return [c for c in calls if c is not None] if all(c is not None for c in calls) else []
+
+
+def _call(fmt: ToolFormat, item: Any) -> ToolCall | None:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        return None
+    args = item.get(fmt.args_key, item.get("arguments", item.get("parameters")))
+    if args is None:
+        args = {}
+    if isinstance(args, str):  # some models write the arguments as JSON text
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return ToolCall(item["name"], json.dumps(args, ensure_ascii=False))
+
+
+# --- forcing a call ------------------------------------------------------------------
+
+# Token id of a marker when it is one special token (then the grammar names the token, as the model
+# was trained to write it), else None (the grammar spells it out).
+SpecialFn = Callable[[str], int | None]
+
+
+def call_grammar(
+    fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice, parallel: bool, special: SpecialFn
+) -> str:
+    """A Lark grammar (llguidance's dialect) whose every sentence is a valid call in `fmt`."""
+    one = _one_call(fmt, tools, choice)
+    if fmt.array:
+        array = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+        return f"start: {_literal(fmt.start, special)} {_json(array)}\n"
+    call = f"{_literal(fmt.start, special)} " if fmt.start else ""
+    if fmt.end:
+        call += f'"\\n" {_json(one)} "\\n" {_literal(fmt.end, special)}'
+    else:
+        call += _json(one)
+    repeat = ' ("\\n" call)*' if parallel and fmt.end else ""
+    return f"start: call{repeat}\ncall: {call}\n"
+
+
+def lazy_call_grammar(
+    fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool, special: SpecialFn
+) -> str | None:
+    """For tool_choice auto: free text, but once the model opens a call, a valid call to the end.
+
+    Only where both markers are single special tokens, which free text can never contain: then
+    the opening token is the trigger, and what follows it is forced as far as the schemas go
+    (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise.
+    """
+    if not (fmt.start and fmt.end) or special(fmt.start) is None or special(fmt.end) is None:
+        return None
+    one = _one_call(fmt, tools, "auto")
+    call = f'{_literal(fmt.start, special)} "\\n" {_json(one)} "\\n" {_literal(fmt.end, special)}'
+    calls = "*" if parallel else "?"
+    return f"start: TEXT? (call TEXT?){calls}\ncall: {call}\nTEXT: /(.|\\n)+/\n"
+
+
+def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
+    from localspec.engine.constraint import JSON_OPTIONS
+
+    chosen = [t for t in tools if not isinstance(choice, NamedTool) or t.name == choice.name]
+    return {"anyOf": [_call_schema(fmt, t) for t in chosen], "x-guidance": JSON_OPTIONS}
+
+
+def _call_schema(fmt: ToolFormat, tool: ToolSpec) -> dict[str, Any]:
+    params = dict(tool.parameters) or {"type": "object", "properties": {}}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": tool.name}, fmt.args_key: params},
+        "required": ["name", fmt.args_key],
+        "additionalProperties": False,
+    }
+
+
+def _json(schema: dict[str, Any]) -> str:
+    return "%json " + json.dumps(schema)
+
+
+def _literal(marker: str, special: SpecialFn) -> str:
+    token = special(marker)
+    return f"<[{token}]>" if token is not None else json.dumps(marker)
+
+
+def named_tool_missing(tools: Sequence[ToolSpec], choice: ToolChoice) -> str | None:
+    """The name a named tool_choice asks for when no tool has it."""
+    if isinstance(choice, NamedTool) and all(t.name != choice.name for t in tools):
+        return choice.name
+    return None

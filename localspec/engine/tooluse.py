@@ -1,0 +1,124 @@
+"""A request's tools on the engine thread: the model's support, the forcing grammar, the stream.
+
+`ToolCallFilter` holds back a call's text while it is written (a client must not see
+`<tool_call>{...` as content) and, at the end, splits the answer into content and calls.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from localspec.engine.constraint import lark_grammar
+from localspec.engine.llama import LlamaModel
+from localspec.engine.toolcalls import (
+    ToolFormat,
+    call_grammar,
+    lazy_call_grammar,
+    named_tool_missing,
+    parse_tool_calls,
+    tool_format,
+)
+from localspec.errors import UnsupportedModelError, UserInputError
+from localspec.types import GenerationRequest, GenerationResult
+
+
+def request_tool_format(model: LlamaModel, req: GenerationRequest) -> ToolFormat | None:
+    """The model's call syntax when the request offers tools it may call; refuses a model without."""
+    if not req.tools or req.tool_choice == "none":
+        return None
+    fmt = tool_format(model.meta("tokenizer.chat_template"))
+    if fmt is None:
+        raise UnsupportedModelError(
+            f"{model.path.name}'s chat template has no tool support; send the request without tools",
+            param="tools",
+        )
+    missing = named_tool_missing(req.tools, req.tool_choice)
+    if missing is not None:
+        raise UserInputError(
+            f"tool_choice names {missing!r}, which is not among the tools", param="tool_choice"
+        )
+    return fmt
+
+
+def call_grammar_for(model: LlamaModel, fmt: ToolFormat, req: GenerationRequest) -> str | None:
+    """The grammar for a request's calls: the answer is calls only (tool_choice required or named),
+    or free text whose calls, once opened, must be valid (auto, where the model's markers allow)."""
+
+    def special(marker: str) -> int | None:
+        ids = model.tokenize(marker, add_special=False, parse_special=True)
+        return ids[0] if len(ids) == 1 else None
+
+    if req.tool_choice == "auto":
+        lazy = lazy_call_grammar(fmt, req.tools, req.parallel_tool_calls, special)
+        return lark_grammar(lazy, param="tools") if lazy is not None else None
+    lark = call_grammar(fmt, req.tools, req.tool_choice, req.parallel_tool_calls, special)
+    return lark_grammar(lark, param="tools")
+
+
+# An answer that opens with JSON, bare or in a code fence, may be a call in any family (Qwen2.5-Coder
+# often writes its call as fenced JSON, without <tool_call>); a fence of code in another language is not.
+_CALL_OPENING = re.compile(r"(```(json)?\s*)?\{")
+_ARRAY_OPENING = re.compile(r"(```(json)?\s*)?[\[{]")
+_MAYBE_OPENING = re.compile(r"`{1,3}(j|js|jso|json)?\s*")
+
+
+def _opening(head: str, array: bool) -> bool | None:
+    """Whether an answer's start opens a call: True, False, or None while it cannot be told."""
+    if (_ARRAY_OPENING if array else _CALL_OPENING).match(head):
+        return True
+    return None if _MAYBE_OPENING.fullmatch(head) or not head else False
+
+
+class ToolCallFilter:
+    """Streams content, holds back what may be a call, and parses the calls at the end."""
+
+    def __init__(self, fmt: ToolFormat, parallel: bool) -> None:
+        self.fmt = fmt
+        self.parallel = parallel
+        self._text = ""
+        self._released = 0  # characters of _text already streamed
+        self._holding = False  # a call (maybe) began: nothing more streams until the end
+        self._decided = False  # the answer's opening was read: it is not a call
+
+    def push(self, text: str) -> str:
+        """Add newly final text; return the part that is surely content."""
+        self._text += text
+        if self._holding:
+            return ""
+        if not self._decided:
+            opening = _opening(self._text.lstrip(), self.fmt.array)
+            if opening is None:
+                return ""  # too little text to tell yet
+            self._decided = True
+            if opening:
+                self._holding = True
+                return ""
+        end = self._marker_start() if self.fmt.end else len(self._text)
+        out = self._text[self._released : end]
+        self._released = max(self._released, end)
+        return out
+
+    def _marker_start(self) -> int:
+        """Where streaming must stop: before the call marker, or a tail that may begin it."""
+        start = self.fmt.start
+        found = self._text.find(start, self._released)
+        if found >= 0:
+            self._holding = True
+            return found
+        for keep in range(min(len(start) - 1, len(self._text)), 0, -1):
+            if start.startswith(self._text[-keep:]):
+                return len(self._text) - keep
+        return len(self._text)
+
+    def finish(self, result: GenerationResult) -> tuple[str, GenerationResult]:
+        """The text still to stream, and the result with its calls split from its content."""
+        content, calls = parse_tool_calls(self.fmt, result.text) if self._holding else (result.text, [])
+        if not calls:
+            return self._text[self._released :], result
+        if not self.parallel:
+            calls = calls[:1]
+        streamed = self._text[: self._released]
+        tail = content[len(streamed) :] if content.startswith(streamed) else ""
+        reason = "tool_calls" if result.finish_reason == "stop" else result.finish_reason
+        return tail, replace(result, text=content, tool_calls=tuple(calls), finish_reason=reason)

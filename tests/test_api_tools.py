@@ -1,0 +1,205 @@
+"""Tool calling and structured output over the API, with the real `openai` and `ollama` packages.
+
+The daemon serves a tiny model whose template speaks the Hermes syntax; its random weights
+never choose to call a tool, so calls here are forced (tool_choice required or named), which
+is what the grammar guarantees. The real, tool-trained model choosing a call on its own is in
+test_api_tools_real.py (slow).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import ollama
+import openai
+import pytest
+import tinymodels
+from daemonproc import Daemon, start_daemon
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+pytestmark = pytest.mark.timeout(120)
+
+CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "what is the weather in the city"}]
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 16}, "days": {"type": "integer", "maximum": 9}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+TOOLS: list[ChatCompletionToolParam] = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": CITY}},
+    {
+        "type": "function",
+        "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+    },
+]
+ANSWER = {
+    "type": "object",
+    "properties": {
+        "answer": {"enum": ["yes", "no"]},
+        "score": {"type": "integer", "minimum": 0, "maximum": 9},
+    },
+    "required": ["answer", "score"],
+    "additionalProperties": False,
+}
+GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 160}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Iterator[Daemon]:
+    target = tinymodels.write_tool_target(tiny_dir / "tiny-tools.gguf")
+    d = start_daemon(tmp_path_factory.mktemp("tools-home"), target, ctx=1024)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[openai.OpenAI]:
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
+    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as c:  # type: ignore[arg-type]
+        yield c
+
+
+@pytest.fixture
+def ollama_client(daemon: Daemon) -> Iterator[ollama.Client]:
+    with ollama.Client(
+        host="http://localhost", transport=httpx.HTTPTransport(uds=str(daemon.socket_path))
+    ) as c:
+        yield c
+
+
+def test_a_required_call_comes_back_parsed(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model="tiny-tools",
+        messages=CHAT,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        **GREEDY,
+    )
+    choice = out.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls or []
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name in ("get_weather", "get_time")
+    json.loads(call.function.arguments)
+
+
+def test_a_named_call_streams_as_tool_call_deltas(client: openai.OpenAI) -> None:
+    named: Any = {"type": "function", "function": {"name": "get_weather"}}
+    kw: dict[str, Any] = {
+        "model": "tiny-tools",
+        "messages": CHAT,
+        "tools": TOOLS,
+        "tool_choice": named,
+        "parallel_tool_calls": False,
+        **GREEDY,
+    }
+    whole = client.chat.completions.create(**kw).choices[0]
+    content, name, arguments, finish = "", "", "", None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for call in delta.tool_calls or []:
+            assert call.index == 0
+            name += (call.function and call.function.name) or ""
+            arguments += (call.function and call.function.arguments) or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and content == ""
+    (call,) = whole.message.tool_calls or []
+    assert name == call.function.name == "get_weather"
+    assert arguments == call.function.arguments
+    jsonschema_rs.validator_for(CITY).validate(json.loads(arguments))
+
+
+def test_a_call_in_the_history_and_its_answer_are_accepted(client: openai.OpenAI) -> None:
+    history: list[ChatCompletionMessageParam] = [
+        *CHAT,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 1}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    out = client.chat.completions.create(model="tiny-tools", messages=history, tools=TOOLS, max_tokens=4)
+    assert out.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert out.usage is not None and out.usage.prompt_tokens > 100  # the tools and the call were rendered
+
+
+def test_response_format_json_schema(client: openai.OpenAI) -> None:
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
+    for temperature in (0.0, 1.0):
+        out = client.chat.completions.create(
+            model="tiny-tools",
+            messages=CHAT,
+            response_format=fmt,
+            temperature=temperature,
+            max_tokens=80,
+            seed=1,
+        )
+        assert out.choices[0].finish_reason == "stop"
+        jsonschema_rs.validator_for(ANSWER).validate(json.loads(out.choices[0].message.content or ""))
+
+
+def test_response_format_json_object_streams(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="tiny-tools", messages=CHAT, response_format={"type": "json_object"}, stream=True, **GREEDY
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.startswith("{")
+    if len(text) < 400:  # not cut off by max_tokens
+        assert isinstance(json.loads(text), dict)
+
+
+def test_errors_name_their_param(client: openai.OpenAI) -> None:
+    bad: Any = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny-tools", messages=CHAT, response_format=bad, max_tokens=4)
+    assert err.value.param == "response_format"
+    missing: Any = {"type": "function", "function": {"name": "nope"}}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny-tools", messages=CHAT, tools=TOOLS, tool_choice=missing)
+    assert err.value.param == "tool_choice" and "nope" in str(err.value)
+
+
+def test_ollama_format_schema_and_json(ollama_client: ollama.Client) -> None:
+    messages = [{"role": "user", "content": "yes or no?"}]
+    out = ollama_client.chat(
+        model="tiny-tools", messages=messages, format=ANSWER, options={"num_predict": 80}
+    )
+    jsonschema_rs.validator_for(ANSWER).validate(json.loads(out.message.content or ""))
+    gen = ollama_client.generate(
+        model="tiny-tools", prompt="hello", format="json", options={"num_predict": 200}
+    )
+    text = gen.response or ""
+    if gen.done_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+    else:
+        assert text.startswith("{")
+
+
+def test_ollama_rejects_a_bad_format(ollama_client: ollama.Client) -> None:
+    with pytest.raises(ollama.ResponseError) as err:
+        ollama_client.chat(
+            model="tiny-tools", messages=[{"role": "user", "content": "x"}], format={"type": "strin"}
+        )
+    assert err.value.status_code == 400 and "format" in err.value.error
+
+
+def test_ollama_show_lists_tools_for_a_template_that_takes_them(ollama_client: ollama.Client) -> None:
+    assert "tools" in (ollama_client.show("tiny-tools").capabilities or [])

@@ -1,0 +1,141 @@
+"""The tool-trained Qwen2.5-Coder 1.5B calling a tool on its own, through `openai` and `ollama`.
+
+Slow (a 1.5B model on a small CPU): few requests, short answers. The model chooses the call
+itself (tool_choice auto), so this checks the template renders the tools as Qwen expects and
+that its answer is parsed into a call, with speculation on (the 0.5B draft).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ollama
+import openai
+import pytest
+from daemonproc import Daemon, start_daemon
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+WEATHER: ChatCompletionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city"}},
+            "required": ["city"],
+        },
+    },
+}
+ASK: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the weather in Paris right now?"}
+]
+MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path) -> Iterator[Daemon]:
+    home = tmp_path_factory.mktemp("tools-real-home")
+    d = start_daemon(
+        home,
+        qwen_target,
+        "--draft",
+        str(qwen_draft),
+        "--method",
+        "draft",
+        ctx=2048,
+        env={"LOCALSPEC_THREADS": "2"},
+    )
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[openai.OpenAI]:
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)), timeout=600)
+    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as c:  # type: ignore[arg-type]
+        yield c
+
+
+def _city(arguments: str | dict[str, Any]) -> str:
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    return str(args["city"])
+
+
+def test_openai_chat_returns_the_call(client: openai.OpenAI) -> None:
+    out = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER], temperature=0, max_tokens=60
+    )
+    choice = out.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls or []
+    assert call.type == "function"
+    assert call.function.name == "get_weather" and "Paris" in _city(call.function.arguments)
+    assert "get_weather" not in (choice.message.content or "")
+
+
+def test_openai_stream_returns_the_call_as_deltas(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER], temperature=0, max_tokens=60, stream=True
+    )
+    name, arguments, content, finish = "", "", "", None
+    for chunk in stream:
+        if chunk.choices:
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            for call in delta.tool_calls or []:
+                name += (call.function and call.function.name) or ""
+                arguments += (call.function and call.function.arguments) or ""
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and name == "get_weather" and "Paris" in _city(arguments)
+    assert "get_weather" not in content  # the call's text never streamed as content
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_ollama_chat_returns_the_call_with_object_arguments(daemon: Daemon, stream: bool) -> None:
+    transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
+    with ollama.Client(host="http://localhost", transport=transport, timeout=600) as client:
+        kw: dict[str, Any] = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}],
+            "tools": [dict(WEATHER)],
+            "options": {"temperature": 0, "num_predict": 60},
+        }
+        if stream:
+            chunks = list(client.chat(stream=True, **kw))
+            assert chunks[-1].done
+            calls = [c for chunk in chunks for c in chunk.message.tool_calls or []]
+        else:
+            calls = list(client.chat(stream=False, **kw).message.tool_calls or [])
+    (call,) = calls
+    assert call.function.name == "get_weather"
+    assert isinstance(call.function.arguments, dict) and "Paris" in _city(dict(call.function.arguments))
+
+
+def test_a_forced_call_is_the_same_with_and_without_speculation(client: openai.OpenAI) -> None:
+    # The grammar masks the 151,936-token vocabulary at every verified position; the draft's tokens
+    # and the grammar's forced ones must leave the greedy answer exactly as the target alone writes it.
+    def ask(method: str) -> Any:
+        return client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[WEATHER],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            temperature=0,
+            max_tokens=40,
+            extra_body={"speculative": {"method": method}},
+        )
+
+    base, spec = ask("none"), ask("draft")
+    assert base.choices[0].finish_reason == spec.choices[0].finish_reason == "tool_calls"
+    (a,), (b,) = base.choices[0].message.tool_calls, spec.choices[0].message.tool_calls
+    assert (a.function.name, a.function.arguments) == (b.function.name, b.function.arguments)
+    assert base.usage.completion_tokens == spec.usage.completion_tokens
+    assert spec.model_extra["localspec"]["method_steps"].get("grammar", 0) > 0

@@ -1,0 +1,242 @@
+"""Tool calls: template families, parsing, the streaming filter, and forced calls on tiny models.
+
+The engine tests run a tiny model whose chat template speaks the Hermes/Qwen syntax: the
+tools must reach the prompt, a forced call must come back parsed and valid against the
+tool's schema, and greedy output under the call grammar must be identical for every method.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema_rs
+import pytest
+import tinymodels
+from test_engine import TINY, make_engine
+
+from localspec.engine.constraint import GrammarTokenizer
+from localspec.engine.llama import LlamaModel
+from localspec.engine.toolcalls import (
+    GENERIC,
+    HERMES,
+    LLAMA3,
+    MISTRAL,
+    lazy_call_grammar,
+    parse_tool_calls,
+    supports_tools,
+    tool_format,
+)
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for
+from localspec.engine.worker import Engine
+from localspec.errors import UnsupportedModelError, UserInputError
+from localspec.types import (
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    GenerationStats,
+    Method,
+    NamedTool,
+    SpecParams,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+)
+
+WEATHER = ToolSpec(
+    "get_weather",
+    "Current weather in a city",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"],
+    },
+)
+TIME = ToolSpec("get_time", "The time now", {"type": "object", "properties": {}})
+
+
+# --- families and parsing (pure) ---------------------------------------------------------
+
+
+def test_families_are_read_from_the_template() -> None:
+    assert tool_format(tinymodels.HERMES_TEMPLATE) == HERMES
+    assert tool_format("{{ tools }} [TOOL_CALLS] {{ messages }}") == MISTRAL
+    assert tool_format("<|start_header_id|>{% if tools %}{{ tools | tojson }}{% endif %}") == LLAMA3
+    assert tool_format("{% for t in tools %}{{ t | tojson }}{% endfor %}") == GENERIC
+    assert tool_format(tinymodels.CHATML_TEMPLATE) is None
+    assert not supports_tools(None) and not supports_tools("")
+    assert supports_tools(tinymodels.HERMES_TEMPLATE)
+
+
+def test_hermes_calls_are_split_from_the_content() -> None:
+    call = '<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>'
+    text = "Checking.\n" + call + '\n<tool_call>\n{"name": "b"}'
+    content, calls = parse_tool_calls(HERMES, text)
+    assert content == "Checking."
+    assert calls == [ToolCall("a", '{"x": 1}'), ToolCall("b", "{}")]
+
+
+def test_bare_and_fenced_json_calls_parse_in_every_family() -> None:
+    fenced = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+    for fmt in (HERMES, GENERIC):
+        assert parse_tool_calls(fmt, fenced) == ("", [ToolCall("get_weather", '{"city": "Paris"}')])
+    assert parse_tool_calls(LLAMA3, '{"name": "f", "parameters": {"a": "b"}}')[1] == [
+        ToolCall("f", '{"a": "b"}')
+    ]
+    calls = parse_tool_calls(
+        MISTRAL, '[{"name": "f", "arguments": {}}, {"name": "g", "arguments": "{\\"k\\": 2}"}]'
+    )[1]
+    assert calls == [ToolCall("f", "{}"), ToolCall("g", '{"k": 2}')]
+
+
+def test_text_that_is_no_call_stays_content() -> None:
+    for text in ("Paris is sunny.", '{"answer": 42}', "<tool_call>\nnot json\n</tool_call>", "[1, 2]"):
+        for fmt in (HERMES, GENERIC, LLAMA3, MISTRAL):
+            assert parse_tool_calls(fmt, text) == (text, [])
+
+
+def _filtered(pieces: list[str], parallel: bool = True) -> tuple[str, GenerationResult]:
+    calls = ToolCallFilter(HERMES, parallel)
+    streamed = "".join(calls.push(p) for p in pieces)
+    result = GenerationResult("".join(pieces), (), "stop", GenerationStats())
+    tail, result = calls.finish(result)
+    return streamed + tail, result
+
+
+def test_the_filter_streams_content_and_holds_back_calls() -> None:
+    pieces = [
+        "Let me",
+        " check.",
+        "\n<tool",
+        '_call>\n{"name": ',
+        '"get_time", "arguments": {}}\n</tool_call>',
+    ]
+    streamed, result = _filtered(pieces)
+    assert streamed == "Let me check.\n"
+    assert result.text == "Let me check." and result.finish_reason == "tool_calls"
+    assert result.tool_calls == (ToolCall("get_time", "{}"),)
+
+
+def test_the_filter_releases_what_turned_out_not_to_be_a_call() -> None:
+    streamed, result = _filtered(['{"answer"', ": 42}"])
+    assert streamed == '{"answer": 42}' and result.tool_calls == () and result.finish_reason == "stop"
+    streamed, result = _filtered(["a <tool", " and more"])
+    assert streamed == "a <tool and more"
+
+
+def test_code_streams_while_json_and_fenced_json_wait() -> None:
+    streamed = ToolCallFilter(HERMES, True)
+    assert streamed.push("``") == "" and streamed.push("`py") == "```py"  # a fence of Python code
+    assert streamed.push("thon\nx = 1") == "thon\nx = 1"
+    for opening in ("{", "```json\n{", "```\n{"):
+        held = ToolCallFilter(GENERIC, True)
+        assert "".join(held.push(c) for c in opening + '"name": "f"') == ""
+
+
+def test_one_call_only_when_parallel_calls_are_off() -> None:
+    one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    _, result = _filtered([one, "\n", one], parallel=False)
+    assert len(result.tool_calls) == 1
+
+
+# --- the engine, on a tiny model that speaks Hermes ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hermes_engine(tiny_dir: Path, tiny_related_draft: Path) -> Iterator[Engine]:
+    target = tinymodels.write_tool_target(tiny_dir / "tiny-hermes.gguf")
+    with make_engine(target, tiny_related_draft, TINY) as engine:
+        yield engine
+
+
+def _ask(engine: Engine, prompt: str, choice: ToolChoice, method: Method, **kw: object) -> GenerationResult:
+    request = GenerationRequest(
+        messages=(ChatMessage("user", prompt),),
+        tools=(WEATHER, TIME),
+        tool_choice=choice,
+        max_tokens=160,  # the tiny vocabulary spells <tool_call> letter by letter
+        speculative=SpecParams(method, 4),
+        cache_prompt=False,
+        **kw,  # type: ignore[arg-type]
+    )
+    return engine.generate(request)
+
+
+@pytest.mark.parametrize("choice", ["required", NamedTool("get_weather")], ids=["required", "named"])
+def test_a_forced_call_comes_back_parsed_and_identical_for_every_method(
+    hermes_engine: Engine, choice: ToolChoice
+) -> None:
+    for prompt in ("the cat sat on", "hello world", "what is the weather"):
+        base = _ask(hermes_engine, prompt, choice, "none", parallel_tool_calls=False)
+        assert base.finish_reason == "tool_calls", base
+        (call,) = base.tool_calls
+        assert call.name == "get_weather" or (choice == "required" and call.name == "get_time")
+        if call.name == "get_weather":
+            jsonschema_rs.validator_for(dict(WEATHER.parameters)).validate(json.loads(call.arguments))
+        for method in ("ngram", "draft", "auto"):
+            assert (
+                _ask(hermes_engine, prompt, choice, method, parallel_tool_calls=False).token_ids
+                == base.token_ids
+            )
+
+
+def test_the_tools_reach_the_prompt(hermes_engine: Engine) -> None:
+    # A call in the history and the tool list both render: the prompt grows by their tokens.
+    plain = GenerationRequest(messages=(ChatMessage("user", "hi"),), max_tokens=1, cache_prompt=False)
+    history = (
+        ChatMessage("user", "hi"),
+        ChatMessage("assistant", "", tool_calls=(ToolCall("get_time", "{}", "call_1"),)),
+        ChatMessage("tool", "noon", tool_call_id="call_1"),
+    )
+    with_tools = GenerationRequest(messages=history, tools=(WEATHER,), max_tokens=1, cache_prompt=False)
+    n_plain = hermes_engine.generate(plain).stats.prompt_tokens
+    assert hermes_engine.generate(with_tools).stats.prompt_tokens > n_plain + 40
+
+
+def test_errors_are_clear(hermes_engine: Engine, tiny_target: Path) -> None:
+    with pytest.raises(UserInputError, match="'nope'"):
+        _ask(hermes_engine, "hi", NamedTool("nope"), "none")
+    with make_engine(tiny_target, load=TINY) as chatml:
+        with pytest.raises(UnsupportedModelError, match="no tool support"):
+            _ask(chatml, "hi", "auto", "none")
+        # tool_choice none: the tools are not used, so any model serves the request.
+        assert _ask(chatml, "hi", "none", "none").tool_calls == ()
+
+
+@pytest.fixture(scope="module")
+def tool_tokens(tiny_dir: Path) -> Path:
+    """The Hermes template over a vocabulary where the markers are single special tokens, as in Qwen's."""
+    extra = (tinymodels.IM_START, tinymodels.IM_END, "<tool_call>", "</tool_call>")
+    vocab = tinymodels.build_vocab(extra_tokens=extra)
+    path = tiny_dir / "tiny-tool-tokens.gguf"
+    return tinymodels.write_tiny_model(path, vocab=vocab, chat_template=tinymodels.HERMES_TEMPLATE)
+
+
+def test_in_auto_mode_an_opened_call_must_be_valid_and_its_start_is_drafted(tool_tokens: Path) -> None:
+    model = LlamaModel(tool_tokens, TINY)
+    try:
+        request = GenerationRequest(messages=(ChatMessage("user", "hi"),), tools=(WEATHER,))
+        grammar = call_grammar_for(model, HERMES, request)
+        assert grammar is not None
+        constraint = GrammarTokenizer(model).constraint(grammar)
+        for token in model.tokenize("Let me check the weather.", add_special=False):
+            constraint.accept(token)  # free text is free
+        (opening,) = model.tokenize("<tool_call>", add_special=False, parse_special=True)
+        constraint.accept(opening)
+        # One tool: everything up to the first argument's value is forced, a free draft.
+        forced = b"".join(model.piece(t) for t in constraint.forced()).decode()
+        assert forced == '\n{"name": "get_weather", "arguments": {"city": "'
+        assert constraint.valid_prefix(model.tokenize("Paris", add_special=False)) == 0  # the quote is forced
+    finally:
+        model.close()
+    # Markers spelled out in text cannot trigger anything reliably: no lazy grammar then.
+    assert lazy_call_grammar(HERMES, (WEATHER,), True, lambda marker: None) is None
+
+
+def test_auto_mode_under_its_grammar_is_identical_for_every_method(tool_tokens: Path) -> None:
+    with make_engine(tool_tokens, load=TINY) as engine:
+        for prompt in ("the cat sat on", "hello world"):
+            base = _ask(engine, prompt, "auto", "none")
+            for method in ("ngram", "layerskip"):
+                assert _ask(engine, prompt, "auto", method).token_ids == base.token_ids
