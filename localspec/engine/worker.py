@@ -209,10 +209,12 @@ class Engine:
             )
             options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
             model = LlamaModel(path, options, self._report("draft"))
-        except LocalspecError as exc:
+        except Exception as exc:
             # The target alone still serves every request; the stats say why there is no draft.
-            self.info.draft_error = exc.message
-            log.warning("draft not loaded: %s", exc.message)
+            # Any failure, not only the foreseen ones: a draft file must never take the daemon down.
+            why = exc.message if isinstance(exc, LocalspecError) else f"{path}: {type(exc).__name__}: {exc}"
+            self.info.draft_error = why
+            log.warning("draft not loaded: %s", why)
             return
         self._drafters["draft"] = ModelDrafter(model, "draft", self.config.draft_min_confidence)
 
