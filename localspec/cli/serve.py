@@ -150,13 +150,18 @@ def _wait_for_pid(pid_file: Path) -> int | None:
 def stop_command(socket_path: Path | None, timeout: float) -> None:
     """Stop the running daemon (SIGTERM) and wait until it has exited."""
     from localspec.errors import DaemonError
-    from localspec.process.pidfile import daemon_pid, pid_file_for
+    from localspec.process.pidfile import daemon_pid, is_our_daemon, pid_file_for
 
     path = _socket_for(socket_path)
     pid_file = pid_file_for(path)
     pid = _wait_for_pid(pid_file)
     if pid is None:
         raise DaemonError(f"no localspec daemon is running ({pid_file} is not locked)")
+    if not is_our_daemon(pid, pid_file):
+        # Whoever holds the lock wrote this pid; only our own daemon holding this file gets a signal.
+        raise DaemonError(
+            f"{pid_file} names pid {pid}, which is not your localspec daemon; not signalling it"
+        )
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while daemon_pid(pid_file) is not None:

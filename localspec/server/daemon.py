@@ -260,10 +260,12 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
 
 def run(config: DaemonConfig) -> None:
     """Serve until SIGTERM/SIGINT; returns normally after a clean shutdown."""
+    from localspec.engine.llama import check_gguf_file
     from localspec.models.gguf_info import check_model_file
     from localspec.process.parentwatch import watch_parent
 
     # Fail at once, with one line, not after the sockets are up: a missing, foreign or corrupt file.
+    check_gguf_file(config.engine.target)
     check_model_file(config.engine.target, cache_dir=config.engine.cache_dir)
     watch_parent()  # a daemon started for one chat stops (cleanly) when that chat dies
     with PidLock(config.pid_file):
