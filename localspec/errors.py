@@ -41,6 +41,12 @@ class UnsupportedModelError(UserInputError):
     code = "unsupported_model"
 
 
+class TemplateError(UserInputError):
+    """A model's chat template that fails on the messages, or runs over its time or size budget."""
+
+    code = "chat_template"
+
+
 class TokenizerMismatchError(UserInputError):
     """A draft whose tokenizer does not match the target's."""
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from localspec.engine.llama import LlamaModel
+from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.errors import UserInputError
-from localspec.types import ChatMessage, GenerationRequest
+from localspec.types import GenerationRequest
 
 # Used only when a GGUF carries no chat template: plain role-prefixed turns.
 FALLBACK_TEMPLATE = (
@@ -16,32 +14,32 @@ FALLBACK_TEMPLATE = (
 )
 
 
-def prompt_tokens(model: LlamaModel, request: GenerationRequest) -> list[int]:
-    """Token ids for a request; raises UserInputError for a request the model cannot serve."""
+def prompt_tokens(
+    model: LlamaModel, request: GenerationRequest, renderer: TemplateRenderer | None = None
+) -> list[int]:
+    """Token ids for a request; raises UserInputError for a request the model cannot serve.
+
+    Chat messages are rendered by `renderer` (a child process, within a budget), never in this
+    thread; without one, by a renderer started for this call.
+    """
     if request.suffix is not None:
         return fim_tokens(model, request.prompt or "", request.suffix)
     if request.messages:
-        return _tokenize_rendered(model, render_chat(model, request.messages))
+        if renderer is None:
+            with TemplateRenderer() as own:
+                return prompt_tokens(model, request, own)
+        return _tokenize_rendered(model, renderer.render(chat_template(model), request.messages))
     if request.prompt is None:
         raise UserInputError("the request has neither messages nor a prompt", param="messages")
     return _tokenize_rendered(model, request.prompt)
 
 
-def render_chat(model: LlamaModel, messages: Sequence[ChatMessage]) -> str:
-    """Apply the model's own chat template (Jinja, as Transformers renders it)."""
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    template = model.meta("tokenizer.chat_template") or FALLBACK_TEMPLATE
+def chat_template(model: LlamaModel) -> ChatTemplate:
+    """The model's own chat template (Jinja, as Transformers renders it), with its BOS and EOS texts."""
+    source = model.meta("tokenizer.chat_template") or FALLBACK_TEMPLATE
     bos = model.token_text(_special(model, "tokenizer.ggml.bos_token_id"))
     eos = model.token_text(_special(model, "tokenizer.ggml.eos_token_id"))
-    formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-    try:
-        turns: list[Any] = [{"role": m.role, "content": m.content} for m in messages]
-        return formatter(messages=turns).prompt
-    except Exception as exc:  # templates raise their own errors (e.g. "roles must alternate")
-        raise UserInputError(
-            f"the model's chat template rejected the messages: {exc}", param="messages"
-        ) from None
+    return ChatTemplate(source, bos, eos, model.path.name)
 
 
 def fim_tokens(model: LlamaModel, prefix: str, suffix: str) -> list[int]:

@@ -23,8 +23,9 @@ from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
-from localspec.engine.prompting import prompt_tokens
+from localspec.engine.prompting import chat_template, prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
+from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.errors import LocalspecError, OverloadedError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
@@ -101,6 +102,9 @@ class Engine:
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        # Chat templates run in the renderer's child process, never on the engine thread.
+        self.renderer = TemplateRenderer()
+        self._template: ChatTemplate | None = None
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -123,6 +127,19 @@ class Engine:
             ) from None
         return handle
 
+    def prepare(self, request: GenerationRequest) -> GenerationRequest:
+        """The request with its chat messages rendered to a prompt, in the calling thread.
+
+        The server calls this before `submit`, so a template that fails or runs over its
+        budget is the caller's 400 and never reaches the queue. Blocks up to the render
+        budget. Before the model has loaded, the request is returned as it is (the engine
+        thread renders it, through the same renderer).
+        """
+        template = self._template
+        if not request.messages or request.suffix is not None or template is None:
+            return request
+        return replace(request, messages=(), prompt=self.renderer.render(template, request.messages))
+
     def generate(self, request: GenerationRequest) -> GenerationResult:
         """Submit and wait: the blocking convenience for scripts and tests."""
         return self.submit(request).wait()
@@ -132,6 +149,7 @@ class Engine:
         return self._jobs.qsize()
 
     def close(self) -> None:
+        self.renderer.close()  # a render in progress ends now: shutdown never waits on a template
         if self._thread.is_alive():
             self._drain()
             self._jobs.put(None)
@@ -188,6 +206,8 @@ class Engine:
         cfg = self.config
         self._target = LlamaModel(cfg.target, cfg.load, self._report("target"))
         self.info.n_ctx = self._target.n_ctx
+        self._template = chat_template(self._target)
+        self.renderer.start()
         self.info.gpu_offload = gpu_offload_supported()
         self._drafters["ngram"] = NgramDrafter()
         if cfg.draft is not None:
@@ -259,7 +279,7 @@ class Engine:
     def _generate(self, job: Handle) -> GenerationResult:
         assert self._target is not None
         req = job.request
-        tokens = prompt_tokens(self._target, req)
+        tokens = prompt_tokens(self._target, req, self.renderer)
         policy, method, k, reason = self._policy(req.speculative)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
