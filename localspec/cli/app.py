@@ -9,6 +9,7 @@ import click
 
 from localspec import __version__
 from localspec.errors import LocalspecError
+from localspec.printable import printable
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -20,7 +21,8 @@ class UserError(click.ClickException):
     exit_code = EXIT_USER_ERROR
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        # Messages quote file names and header fields: escaped, so no file can drive the terminal.
+        click.echo(f"error: {printable(self.format_message())}", err=True)
 
 
 class LocalspecGroup(click.Group):

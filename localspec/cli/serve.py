@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from localspec.cli.app import cli
+from localspec.printable import printable
 from localspec.types import METHODS
 
 if TYPE_CHECKING:
@@ -82,12 +83,17 @@ def serve_command(
         queue_size=queue_size,
     )
     config = daemon_config(settings, max_body_bytes=max_body, access_log=access_log)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     run(config)
+
+
+class _PrintableFormatter(logging.Formatter):
+    """Log lines with control characters escaped: they quote model names and paths from GGUF files."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(printable(line) for line in super().format(record).split("\n"))
 
 
 def _uptime(seconds: float) -> str:
@@ -129,7 +135,7 @@ def status_command(socket_path: Path | None, as_json: bool) -> None:
         click.echo(json.dumps({"pid": pid, "socket": str(path), **raw}, indent=2))
         return
     for line in _status_lines(Health.from_dict(raw), pid, path):
-        click.echo(line)
+        click.echo(printable(line))  # model names and errors come from GGUF files
 
 
 def _wait_for_pid(pid_file: Path) -> int | None:
