@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")
     token: str | None = Field(None, description="Bearer token required on TCP (always for non-loopback).")
     queue_size: int = Field(16, ge=1, description="Requests that may wait for the engine before 503.")
+    header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request head.")
+    body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request body.")
+    max_connections: int | None = Field(
+        None, ge=8, description="Open connections per listener; default: a quarter of the open-file limit."
+    )
 
     @classmethod
     def settings_customise_sources(

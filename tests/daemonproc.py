@@ -7,7 +7,9 @@ HTTP clients. Its stderr goes to a file that failing tests print.
 
 from __future__ import annotations
 
+import functools
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -94,8 +96,12 @@ def start_daemon(
     ctx: int = 2048,
     env: dict[str, str] | None = None,
     wait: bool = True,
+    nofile: int | None = None,
 ) -> Daemon:
-    """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready."""
+    """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready.
+
+    `nofile` sets the daemon's open-file limit (soft and hard), as a small machine's default would.
+    """
     home.mkdir(parents=True, exist_ok=True)
     port = free_port() if tcp else None
     argv: list[str] = ["--target", str(target)] if target is not None else []
@@ -107,13 +113,22 @@ def start_daemon(
         extra["LOCALSPEC_TOKEN"] = token  # the environment, not argv, as the help advises
     log_path = home / "daemon.log"
     with open(log_path, "wb") as log:
+        limit = None if nofile is None else functools.partial(_limit_files, nofile)
         proc = subprocess.Popen(
-            serve_command(*argv), env=daemon_env(home, extra), stdout=log, stderr=subprocess.STDOUT
+            serve_command(*argv),
+            env=daemon_env(home, extra),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=limit,
         )
     daemon = Daemon(proc, home, home / "run" / "localspec.sock", log_path, port, token)
     if wait:
         wait_ready(daemon)
     return daemon
+
+
+def _limit_files(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
 def wait_ready(daemon: Daemon, timeout: float = START_TIMEOUT_S) -> None:

@@ -20,7 +20,7 @@ import socket
 import stat
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -34,6 +34,7 @@ from localspec.process.pidfile import PidLock, pid_file_for
 from localspec.resolve import serve_config
 from localspec.server.app import make_app
 from localspec.server.config import ApiConfig
+from localspec.server.connections import KERNEL_BACKLOG, ConnectionPolicy, guarded_protocol
 from localspec.server.security import DEFAULT_MAX_BODY_BYTES
 from localspec.server.state import ServerState
 from localspec.settings import Settings
@@ -56,6 +57,7 @@ class DaemonConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     access_log: bool = True
     pick: str | None = None  # what pick-draft chose and why; None when the person gave the draft
+    connections: ConnectionPolicy = field(default_factory=ConnectionPolicy)
 
     @property
     def pid_file(self) -> Path:
@@ -103,6 +105,9 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
         max_body_bytes=max_body_bytes,
         access_log=access_log,
         pick=pick,
+        connections=ConnectionPolicy(
+            settings.header_timeout, settings.body_timeout, max_per_listener=settings.max_connections
+        ),
     )
 
 
@@ -179,6 +184,12 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.localspec = state
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        for sock in sockets or []:
+            # asyncio called listen(accept batch); the kernel's queue of pending connects stays long.
+            sock.listen(KERNEL_BACKLOG)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.localspec.cancel_all()
         super().handle_exit(sig, frame)
@@ -244,6 +255,8 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
             server_header=False,
             ws="none",
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            http=guarded_protocol(config.connections),  # header/body timeouts, a cap per listener
+            backlog=config.connections.accept_batch,  # see connections.py: asyncio's accept batch
         )
         server = _Server(uv_config, app.state.localspec)
         threading.Thread(target=_watch_loading, args=(engine, server, where), daemon=True).start()
