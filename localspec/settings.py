@@ -95,7 +95,7 @@ def save_settings(values: dict[str, Any], paths: Paths | None = None) -> Path:
             current.pop(key, None)
         else:
             current[key] = str(value) if isinstance(value, Path) else value
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_text_atomic(path, "".join(f"{k} = {_toml_value(v)}\n" for k, v in sorted(current.items())))
     return path
 

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,15 +97,20 @@ def start_daemon(
     env: dict[str, str] | None = None,
     wait: bool = True,
     nofile: int | None = None,
+    preexec: Callable[[], None] | None = None,
+    socket_path: Path | None = None,
 ) -> Daemon:
     """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready.
 
-    `nofile` sets the daemon's open-file limit (soft and hard), as a small machine's default would.
+    `nofile` sets the daemon's open-file limit (soft and hard), as a small machine's default would;
+    `preexec` runs in the child before exec (after `nofile`); `socket_path` replaces the default socket.
     """
     home.mkdir(parents=True, exist_ok=True)
     port = free_port() if tcp else None
     argv: list[str] = ["--target", str(target)] if target is not None else []
     argv += ["--ctx", str(ctx), "--no-access-log", *args]
+    if socket_path is not None:
+        argv += ["--socket", str(socket_path)]
     if port is not None:
         argv += ["--tcp", f"127.0.0.1:{port}"]
     extra = dict(env or {})
@@ -113,7 +118,7 @@ def start_daemon(
         extra["LOCALSPEC_TOKEN"] = token  # the environment, not argv, as the help advises
     log_path = home / "daemon.log"
     with open(log_path, "wb") as log:
-        limit = None if nofile is None else functools.partial(_limit_files, nofile)
+        limit = functools.partial(_before_exec, nofile, preexec) if nofile or preexec else None
         proc = subprocess.Popen(
             serve_command(*argv),
             env=daemon_env(home, extra),
@@ -121,14 +126,17 @@ def start_daemon(
             stderr=subprocess.STDOUT,
             preexec_fn=limit,
         )
-    daemon = Daemon(proc, home, home / "run" / "localspec.sock", log_path, port, token)
+    daemon = Daemon(proc, home, socket_path or home / "run" / "localspec.sock", log_path, port, token)
     if wait:
         wait_ready(daemon)
     return daemon
 
 
-def _limit_files(n: int) -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+def _before_exec(nofile: int | None, preexec: Callable[[], None] | None) -> None:
+    if nofile is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    if preexec is not None:
+        preexec()
 
 
 def wait_ready(daemon: Daemon, timeout: float = START_TIMEOUT_S) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from localspec import __version__
-from localspec.errors import LocalspecError
+from localspec.errors import STORAGE_ERRNOS, LocalspecError, storage_error
 from localspec.printable import printable
 
 EXIT_USER_ERROR = 2
@@ -33,6 +33,11 @@ class LocalspecGroup(click.Group):
             return super().invoke(ctx)
         except LocalspecError as exc:
             raise UserError(exc.message) from None
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            # A read-only or full state folder: one line naming it, not a traceback.
+            raise UserError(storage_error(exc).message) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)

@@ -26,7 +26,7 @@ from localspec.engine.llama import LlamaModel, gpu_offload_supported
 from localspec.engine.prompting import chat_template, prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
-from localspec.errors import LocalspecError, OverloadedError
+from localspec.errors import LocalspecError, OverloadedError, StorageError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ class Engine:
         # Chat templates run in the renderer's child process, never on the engine thread.
         self.renderer = TemplateRenderer()
         self._template: ChatTemplate | None = None
+        self._layerskip_error: str | None = None
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -239,11 +240,18 @@ class Engine:
         self._drafters["draft"] = ModelDrafter(model, "draft", self.config.draft_min_confidence)
 
     def _layerskip(self) -> Drafter:
+        if self._layerskip_error is not None:
+            raise LocalspecError(self._layerskip_error)
         if "layerskip" not in self._drafters:
             from localspec.models.layerskip import derive_layerskip_draft
 
             derived = self._folder(self.config.derived_dir, "derived")
-            path = derive_layerskip_draft(self.config.target, cache_dir=derived)
+            try:
+                path = derive_layerskip_draft(self.config.target, cache_dir=derived)
+            except StorageError as exc:
+                # Deriving hashes and copies the whole target: not again on every request (restart to retry).
+                self._layerskip_error = exc.message
+                raise
             options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
             model = LlamaModel(path, options, self._report("layerskip draft"))
             self._drafters["layerskip"] = ModelDrafter(model, "layerskip", self.config.draft_min_confidence)
@@ -351,12 +359,15 @@ class Engine:
             cache = self._folder(self.config.cache_dir, "cache")
             draft = self._drafters.get("draft")
             try:
-                verify = calibrate(self._target, cache, progress=self._report("calibration")).curve
-                draft_curve = None
+                measured = calibrate(self._target, cache, progress=self._report("calibration"))
+                verify, draft_curve = measured.curve, None
                 if isinstance(draft, ModelDrafter):
-                    draft_curve = calibrate(
+                    measured = calibrate(
                         draft.model, cache, sizes=DRAFT_SIZES, progress=self._report("draft calibration")
-                    ).curve
+                    )
+                    draft_curve = measured.curve
+                if measured.not_saved is not None:
+                    log.warning("calibration not saved (measured again next start): %s", measured.not_saved)
             except Exception as exc:  # auto must still serve: assume batching gains nothing
                 log.warning("calibration failed, auto will decode plainly: %s", exc)
                 verify, draft_curve = Curve.linear(0.03), None
