@@ -128,6 +128,13 @@ def test_serve_refuses_a_hostile_target_in_one_line(corpus: dict[str, Path], tmp
     assert not (tmp_path / "d.sock").exists()
 
 
+def test_generate_refuses_a_hostile_target_in_one_line(corpus: dict[str, Path]) -> None:
+    done = _cli("generate", "--target", str(corpus["tokens-count-huge"]), "--method", "none", "hello")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
+    assert "corrupt GGUF" in done.stderr
+
+
 @pytest.mark.parametrize("name", ["nested-arrays", "blocks-nan", "block-index-huge"])
 def test_a_hostile_draft_leaves_the_target_serving(
     corpus: dict[str, Path], tiny_target: Path, name: str

@@ -22,7 +22,7 @@ from localspec.engine.config import EngineConfig
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
-from localspec.engine.llama import LlamaModel, gpu_offload_supported
+from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prompting import chat_template, prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
@@ -204,7 +204,12 @@ class Engine:
             job.put(LocalspecError(self.info.error or "the engine failed to load"))
 
     def _load(self) -> None:
+        from localspec.models.gguf_info import check_model_file
+
         cfg = self.config
+        # A corrupt header is one clear error here, before llama.cpp's own parser reads the file.
+        check_gguf_file(cfg.target)
+        check_model_file(cfg.target, cache_dir=self._folder(cfg.cache_dir, "cache"))
         self._target = LlamaModel(cfg.target, cfg.load, self._report("target"))
         self.info.n_ctx = self._target.n_ctx
         self._template = chat_template(self._target)
