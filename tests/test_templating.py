@@ -18,8 +18,10 @@ from daemonproc import Daemon, start_daemon
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from tinymodels import CHATML_TEMPLATE, write_tiny_model
 
+from localspec.engine.prompting import FALLBACK_TEMPLATE
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.errors import DaemonError, LocalspecError, TemplateError
+from localspec.models.gguf_info import read_gguf_info, read_tokens
 from localspec.types import ChatMessage
 
 MESSAGES = (
@@ -156,3 +158,20 @@ def test_sigterm_while_a_template_renders_exits_cleanly(hostile_daemon: Daemon) 
     assert replies and replies[0] in (400, 503)
     assert not hostile_daemon.socket_path.exists()
     assert not hostile_daemon.socket_path.with_suffix(".pid").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["qwen_target", "gemma", "smollm"])
+def test_real_templates_render_as_llama_cpp_python_does(
+    renderer: TemplateRenderer, fixture: str, request: pytest.FixtureRequest
+) -> None:
+    info = read_gguf_info(request.getfixturevalue(fixture))
+    tokens = read_tokens(info)
+    source = info.chat_template or FALLBACK_TEMPLATE  # gemma-3-270m carries none
+    bos = tokens[info.bos_id] if info.bos_id is not None else ""
+    eos = tokens[info.eos_id] if info.eos_id is not None else ""
+    turns = (ChatMessage("user", "hi"), ChatMessage("assistant", "hello"), ChatMessage("user", "sum 2+2"))
+    plain: list[Any] = [{"role": m.role, "content": m.content} for m in turns]
+    expected = Jinja2ChatFormatter(template=source, eos_token=eos, bos_token=bos)(messages=plain)
+    got = renderer.render(ChatTemplate(source, bos, eos, info.path.name), turns)
+    assert got == expected.prompt
