@@ -166,4 +166,6 @@ def storage_error(exc: OSError, folder: Path | str | None = None) -> StorageErro
         hint = "free some space, or point LOCALSPEC_HOME at another disk"
     else:
         hint = "make it writable, or point LOCALSPEC_HOME at a folder you can write"
-    return StorageError(f"cannot write to {where}: {why}; {hint}")
+    # EACCES and EPERM can come from a read as well: only the others say for sure it was a write.
+    verb = "use" if exc.errno in (errno.EACCES, errno.EPERM) else "write to"
+    return StorageError(f"cannot {verb} {where}: {why}; {hint}")

@@ -127,7 +127,13 @@ class TemplateRenderer:
             raise TemplateError(
                 f"{model}'s chat template is over its budget: it ran past {self.budget_s:g} s"
             )
-        decoded: dict[str, object] = json.loads(reply)
+        try:
+            decoded: dict[str, object] = json.loads(reply)
+        except ValueError:  # not the child's protocol: start a fresh one next time
+            self._reset()
+            raise TemplateError(
+                f"{model}'s chat template could not be rendered (bad renderer reply)"
+            ) from None
         return decoded
 
     def _child(self, model: str) -> subprocess.Popen[bytes]:
