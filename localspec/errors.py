@@ -8,6 +8,9 @@ Interfaces map these types, never message text.
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 
 class LocalspecError(Exception):
     """Base of every error meant for a person rather than a developer."""
@@ -39,6 +42,12 @@ class UnsupportedModelError(UserInputError):
     """A GGUF that llama.cpp (or localspec) cannot run."""
 
     code = "unsupported_model"
+
+
+class TemplateError(UserInputError):
+    """A model's chat template that fails on the messages, or runs over its time or size budget."""
+
+    code = "chat_template"
 
 
 class TokenizerMismatchError(UserInputError):
@@ -134,3 +143,29 @@ class RequestCancelledError(LocalspecError):
 
     http_status = 499  # nginx's "client closed request": by then nobody reads the answer
     code = "cancelled"
+
+
+class StorageError(LocalspecError):
+    """A state folder (caches, derived drafts, the runtime folder) that is read-only or full."""
+
+    http_status = 507  # Insufficient Storage
+    code = "storage"
+
+
+# What a read-only, full or foreign folder answers to a write (EFBIG: a file-size limit).
+STORAGE_ERRNOS = frozenset([errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EFBIG])
+
+
+def storage_error(exc: OSError, folder: Path | str | None = None) -> StorageError:
+    """One line for a failed write: which folder, why, and what the person can do."""
+    where = folder if folder is not None else exc.filename or "a state folder"
+    why = exc.strerror or str(exc)
+    if exc.errno is None:  # a short write (numpy's tofile says "N requested and M written")
+        why = f"the write stopped short ({why}): the disk may be full"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, None):
+        hint = "free some space, or point LOCALSPEC_HOME at another disk"
+    else:
+        hint = "make it writable, or point LOCALSPEC_HOME at a folder you can write"
+    # EACCES and EPERM can come from a read as well: only the others say for sure it was a write.
+    verb = "use" if exc.errno in (errno.EACCES, errno.EPERM) else "write to"
+    return StorageError(f"cannot {verb} {where}: {why}; {hint}")

@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     embed_model: Path | None = Field(
         None, description="An embedding GGUF for the embeddings routes (serve; loaded on first use)."
     )
+    header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request head.")
+    body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request body.")
+    max_connections: int | None = Field(
+        None, ge=8, description="Open connections per listener; default: a quarter of the open-file limit."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -93,7 +98,7 @@ def save_settings(values: dict[str, Any], paths: Paths | None = None) -> Path:
             current.pop(key, None)
         else:
             current[key] = str(value) if isinstance(value, Path) else value
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_text_atomic(path, "".join(f"{k} = {_toml_value(v)}\n" for k, v in sorted(current.items())))
     return path
 

@@ -7,13 +7,15 @@ HTTP clients. Its stderr goes to a file that failing tests print.
 
 from __future__ import annotations
 
+import functools
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,12 +96,21 @@ def start_daemon(
     ctx: int = 2048,
     env: dict[str, str] | None = None,
     wait: bool = True,
+    nofile: int | None = None,
+    preexec: Callable[[], None] | None = None,
+    socket_path: Path | None = None,
 ) -> Daemon:
-    """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready."""
+    """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready.
+
+    `nofile` sets the daemon's open-file limit (soft and hard), as a small machine's default would;
+    `preexec` runs in the child before exec (after `nofile`); `socket_path` replaces the default socket.
+    """
     home.mkdir(parents=True, exist_ok=True)
     port = free_port() if tcp else None
     argv: list[str] = ["--target", str(target)] if target is not None else []
     argv += ["--ctx", str(ctx), "--no-access-log", *args]
+    if socket_path is not None:
+        argv += ["--socket", str(socket_path)]
     if port is not None:
         argv += ["--tcp", f"127.0.0.1:{port}"]
     extra = dict(env or {})
@@ -107,13 +118,25 @@ def start_daemon(
         extra["LOCALSPEC_TOKEN"] = token  # the environment, not argv, as the help advises
     log_path = home / "daemon.log"
     with open(log_path, "wb") as log:
+        limit = functools.partial(_before_exec, nofile, preexec) if nofile or preexec else None
         proc = subprocess.Popen(
-            serve_command(*argv), env=daemon_env(home, extra), stdout=log, stderr=subprocess.STDOUT
+            serve_command(*argv),
+            env=daemon_env(home, extra),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=limit,
         )
-    daemon = Daemon(proc, home, home / "run" / "localspec.sock", log_path, port, token)
+    daemon = Daemon(proc, home, socket_path or home / "run" / "localspec.sock", log_path, port, token)
     if wait:
         wait_ready(daemon)
     return daemon
+
+
+def _before_exec(nofile: int | None, preexec: Callable[[], None] | None) -> None:
+    if nofile is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    if preexec is not None:
+        preexec()
 
 
 def wait_ready(daemon: Daemon, timeout: float = START_TIMEOUT_S) -> None:

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import hostilegguf
 import pytest
 from click.testing import CliRunner
 
@@ -231,3 +232,19 @@ def test_parse_spec() -> None:
     for bad in ("acme", "acme/x:", "a b/c", "https://huggingface.co/acme/x"):
         with pytest.raises(UserInputError):
             parse_spec(bad)
+
+
+def test_cli_pull_shows_hostile_file_names_escaped(hub: FakeHub, tmp_path: Path) -> None:
+    hub.repos["evil/names"] = {"a\x1b[2J-IQ2_XS.gguf": b"GGUF", "b\x1b]0;title\x07-IQ1_S.gguf": b"GGUF"}
+    result = CliRunner().invoke(cli, ["pull", "evil/names", "--quiet", "--dest", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "choose one with REPO:FILE" in result.output
+    assert "\x1b" not in result.output and "a\\x1b[2J-IQ2_XS.gguf" in result.output
+
+
+def test_cli_pull_of_a_hostile_gguf_is_one_line(hub: FakeHub, tmp_path: Path) -> None:
+    hub.repos["evil/nested"] = {"x-Q4_K_M.gguf": hostilegguf.HOSTILE["nested-arrays"]().to_bytes()}
+    result = CliRunner().invoke(cli, ["pull", "evil/nested", "--quiet", "--dest", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and "corrupt GGUF" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

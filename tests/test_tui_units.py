@@ -25,6 +25,7 @@ ALLOWED = {
     "localspec.process.pidfile",
     "localspec.process.parentwatch",
     "localspec.atomicfile",
+    "localspec.printable",
 }
 
 

@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 from localspec.client import Client, Health
 from localspec.errors import DaemonError, LocalspecError
 from localspec.paths import Paths
+from localspec.printable import printable
 from localspec.settings import Settings
 from localspec.types import ChatMessage, Method, SpecParams
 from tui.chats import Chat, ChatStore
@@ -171,7 +172,13 @@ class ChatApp(App[None]):
     def on_daemon_lost(self, message: DaemonLost) -> None:
         self.health = None
         self.stats_bar.show_status(f"no daemon: {RECOVER_HINT}")
-        self.notify(f"{message.error.message}\n{RECOVER_HINT}", title="daemon", severity="error", timeout=30)
+        self.notify(
+            f"{printable(message.error.message)}\n{RECOVER_HINT}",
+            title="daemon",
+            severity="error",
+            timeout=30,
+            markup=False,
+        )
 
     # --- sending and streaming ----------------------------------------------------------
 
@@ -230,9 +237,11 @@ class ChatApp(App[None]):
         if isinstance(error, DaemonError):
             self.health = None
             self.stats_bar.show_status(f"daemon lost: {RECOVER_HINT}")
-            self.notify(f"{error.message}\n{RECOVER_HINT}", title="daemon", severity="error", timeout=30)
+            text = f"{printable(error.message)}\n{RECOVER_HINT}"
+            self.notify(text, title="daemon", severity="error", timeout=30, markup=False)
         else:
-            self.notify(error.message, title="request failed", severity="error", timeout=15)
+            text = printable(error.message)
+            self.notify(text, title="request failed", severity="error", timeout=15, markup=False)
 
     async def _end_reply(self, note: str | None) -> None:
         reply, self.reply = self.reply, None
@@ -308,7 +317,7 @@ class ChatApp(App[None]):
         try:
             self.chat = self.store.load(chat_id)
         except LocalspecError as exc:
-            self.notify(exc.message, severity="error")
+            self.notify(printable(exc.message), severity="error", markup=False)
             return
         self.last_live = None
         await self._show_chat()

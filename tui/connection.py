@@ -93,7 +93,9 @@ class SessionDaemon:
         if self.running:
             return
         self.socket_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
+        # The daemon's log names model paths: private from the first byte, like every state file.
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as log:
             self.proc = subprocess.Popen(
                 self.argv(), env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )

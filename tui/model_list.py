@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import DaemonError
+from localspec.printable import printable
 
 LIST_TIMEOUT_S = 60.0
 
@@ -42,7 +43,8 @@ class ModelEntry:
 
     def label(self) -> str:
         params = f"{self.params / 1e9:.1f}B" if self.params >= 1e8 else f"{self.params / 1e6:.0f}M"
-        return f"{self.name}  {params} {self.quant}  {self.size_bytes / (1 << 20):.0f} MB  ({self.source})"
+        label = f"{self.name}  {params} {self.quant}  {self.size_bytes / (1 << 20):.0f} MB  ({self.source})"
+        return printable(label)  # names come from GGUF headers and hub file names
 
 
 def list_models(timeout: float = LIST_TIMEOUT_S) -> list[ModelEntry]:

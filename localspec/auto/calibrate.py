@@ -30,6 +30,7 @@ from localspec.atomicfile import write_text_atomic
 from localspec.auto.costmodel import K_MAX, Curve
 from localspec.engine.config import LoadOptions, default_threads
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
+from localspec.errors import StorageError, storage_error
 
 # Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in
 # blocks of 4 rows, so on this machine V(4) < V(3), V(8) < V(7) and V(16) < V(15) (measured).
@@ -66,6 +67,7 @@ class Calibration:
     key: Key
     curve: Curve
     from_cache: bool
+    not_saved: str | None = None  # why the curve could not be cached (a read-only or full folder)
 
 
 def backend_id() -> str:
@@ -113,11 +115,17 @@ def load_cached(cache_dir: Path, key: Key) -> Curve | None:
 
 
 def store(cache_dir: Path, key: Key, curve: Curve) -> Path:
-    """Write the curve for this key (atomically: a reader never sees half a file)."""
+    """Write the curve for this key (atomically: a reader never sees half a file).
+
+    StorageError, naming the folder, when it is read-only or full.
+    """
     path = cache_file(cache_dir, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"key": key, "seconds": list(curve.seconds), "measured_at": time.time()}
-    write_text_atomic(path, json.dumps(payload, indent=1))
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(payload, indent=1))
+    except OSError as exc:
+        raise storage_error(exc, path.parent) from None
     return path
 
 
@@ -186,7 +194,10 @@ def calibrate(
     if cached is not None:
         # The cache was measured while something else loaded the machine: keep the fastest of both.
         curve = Curve(tuple(min(a, b) for a, b in zip(curve.seconds, cached.seconds, strict=True)))
-    store(cache_dir, key, curve)
+    try:
+        store(cache_dir, key, curve)
+    except StorageError as exc:  # the curve is still good for this process; it is measured again next time
+        return Calibration(key, curve, from_cache=False, not_saved=exc.message)
     return Calibration(key, curve, from_cache=False)
 
 

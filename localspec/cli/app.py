@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from localspec import __version__
-from localspec.errors import LocalspecError
+from localspec.errors import STORAGE_ERRNOS, LocalspecError, storage_error
+from localspec.printable import printable
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -20,7 +21,8 @@ class UserError(click.ClickException):
     exit_code = EXIT_USER_ERROR
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        # Messages quote file names and header fields: escaped, so no file can drive the terminal.
+        click.echo(f"error: {printable(self.format_message())}", err=True)
 
 
 class LocalspecGroup(click.Group):
@@ -31,6 +33,11 @@ class LocalspecGroup(click.Group):
             return super().invoke(ctx)
         except LocalspecError as exc:
             raise UserError(exc.message) from None
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            # A read-only or full state folder: one line naming it, not a traceback.
+            raise UserError(storage_error(exc).message) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)

@@ -12,6 +12,7 @@ import click
 
 from localspec.cli.app import cli
 from localspec.cli.options import LoadProgress
+from localspec.printable import printable
 
 SHOWN_K = (1, 2, 3, 4, 6, 8)
 
@@ -72,6 +73,8 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
             )
         finally:
             model.close()
+        if result.not_saved is not None:
+            click.echo(f"warning: {printable(result.not_saved)}", err=True)
         report[role] = {
             "file": str(path),
             "from_cache": result.from_cache,

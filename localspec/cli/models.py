@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from localspec.cli.app import cli
+from localspec.printable import printable
 
 if TYPE_CHECKING:
     from localspec.models.discovery import FoundModel
@@ -33,7 +34,7 @@ def models_command(as_json: bool, search_paths: Sequence[Path]) -> None:
 
     found = discover(search_paths)
     for skip in found.skipped:
-        click.echo(f"skipped {skip.path}: {skip.reason}", err=True)
+        click.echo(printable(f"skipped {skip.path}: {skip.reason}"), err=True)
     if as_json:
         click.echo(json.dumps([_model_dict(m) for m in found.models], indent=2))
         return
@@ -41,7 +42,8 @@ def models_command(as_json: bool, search_paths: Sequence[Path]) -> None:
         click.echo("no models found; fetch one with `localspec pull OWNER/REPO`", err=True)
         return
     header = ("NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "CTX", "TOKENIZER", "SOURCE")
-    rows = [_model_row(m) for m in found.models]
+    # Names, architectures and paths come from GGUF headers and hub file names: escaped.
+    rows = [tuple(printable(cell) for cell in _model_row(m)) for m in found.models]
     for line in _table([header, *rows]):
         click.echo(line)
 
@@ -83,7 +85,7 @@ def inspect_command(file: Path, as_json: bool) -> None:
         click.echo(json.dumps(info.to_dict(), indent=2))
         return
     for label, value in describe(info):
-        click.echo(f"{label + ':':<18} {value}")
+        click.echo(f"{label + ':':<18} {printable(value)}")
 
 
 def describe(info: GGUFInfo) -> list[tuple[str, str]]:
@@ -144,7 +146,7 @@ def pull_command(spec: str, revision: str, dest: Path | None, quiet: bool) -> No
     path = pull(repo, filename, dest, progress=not quiet, revision=revision)
     info = read_gguf_info(path)
     size = format_bytes(info.size_bytes)
-    click.echo(f"{path}  ({info.arch}, {format_params(info.n_params)}, {info.quant}, {size})")
+    click.echo(printable(f"{path}  ({info.arch}, {format_params(info.n_params)}, {info.quant}, {size})"))
 
 
 def format_bytes(n: int) -> str:

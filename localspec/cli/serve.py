@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from localspec.cli.app import cli
+from localspec.printable import printable
 from localspec.types import METHODS
 
 if TYPE_CHECKING:
@@ -89,12 +90,17 @@ def serve_command(
         embed_model=embed_model,
     )
     config = daemon_config(settings, max_body_bytes=max_body, access_log=access_log)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     run(config)
+
+
+class _PrintableFormatter(logging.Formatter):
+    """Log lines with control characters escaped: they quote model names and paths from GGUF files."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(printable(line) for line in super().format(record).split("\n"))
 
 
 def _uptime(seconds: float) -> str:
@@ -139,7 +145,7 @@ def status_command(socket_path: Path | None, as_json: bool) -> None:
         click.echo(json.dumps({"pid": pid, "socket": str(path), **raw}, indent=2))
         return
     for line in _status_lines(Health.from_dict(raw), pid, path):
-        click.echo(line)
+        click.echo(printable(line))  # model names and errors come from GGUF files
 
 
 def _wait_for_pid(pid_file: Path) -> int | None:
@@ -160,13 +166,18 @@ def _wait_for_pid(pid_file: Path) -> int | None:
 def stop_command(socket_path: Path | None, timeout: float) -> None:
     """Stop the running daemon (SIGTERM) and wait until it has exited."""
     from localspec.errors import DaemonError
-    from localspec.process.pidfile import daemon_pid, pid_file_for
+    from localspec.process.pidfile import daemon_pid, is_our_daemon, pid_file_for
 
     path = _socket_for(socket_path)
     pid_file = pid_file_for(path)
     pid = _wait_for_pid(pid_file)
     if pid is None:
         raise DaemonError(f"no localspec daemon is running ({pid_file} is not locked)")
+    if not is_our_daemon(pid, pid_file):
+        # Whoever holds the lock wrote this pid; only our own daemon holding this file gets a signal.
+        raise DaemonError(
+            f"{pid_file} names pid {pid}, which is not your localspec daemon; not signalling it"
+        )
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while daemon_pid(pid_file) is not None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from localspec.engine.llama import LlamaModel
+from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.errors import UserInputError
-from localspec.types import ChatMessage, FileChunk, GenerationRequest, ToolCall, ToolSpec
+from localspec.types import FileChunk, GenerationRequest, ToolSpec
 
 # Used only when a GGUF carries no chat template: plain role-prefixed turns.
 FALLBACK_TEMPLATE = (
@@ -17,60 +16,39 @@ FALLBACK_TEMPLATE = (
 )
 
 
-def prompt_tokens(model: LlamaModel, request: GenerationRequest) -> list[int]:
-    """Token ids for a request; raises UserInputError for a request the model cannot serve."""
+def prompt_tokens(
+    model: LlamaModel, request: GenerationRequest, renderer: TemplateRenderer | None = None
+) -> list[int]:
+    """Token ids for a request; raises UserInputError for a request the model cannot serve.
+
+    Chat messages are rendered by `renderer` (a child process, within a budget), never in this
+    thread; without one, by a renderer started for this call.
+    """
     if request.suffix is not None:
         tokens = fim_tokens(model, request.prompt or "", request.suffix)
         return _with_extra(model, tokens, request) if request.extra else tokens
     if request.messages:
-        tools = request.tools if request.tool_choice != "none" else ()
-        return _tokenize_rendered(model, render_chat(model, request.messages, tools))
+        if renderer is None:
+            with TemplateRenderer() as own:
+                return prompt_tokens(model, request, own)
+        text = renderer.render(chat_template(model), request.messages, offered_tools(request))
+        return _tokenize_rendered(model, text)
     if request.prompt is None:
         raise UserInputError("the request has neither messages nor a prompt", param="messages")
     return _tokenize_rendered(model, request.prompt)
 
 
-def render_chat(model: LlamaModel, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
-    """Apply the model's own chat template (Jinja, as Transformers renders it), tools included."""
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    template = model.meta("tokenizer.chat_template") or FALLBACK_TEMPLATE
+def chat_template(model: LlamaModel) -> ChatTemplate:
+    """The model's own chat template (Jinja, as Transformers renders it), with its BOS and EOS texts."""
+    source = model.meta("tokenizer.chat_template") or FALLBACK_TEMPLATE
     bos = model.token_text(_special(model, "tokenizer.ggml.bos_token_id"))
     eos = model.token_text(_special(model, "tokenizer.ggml.eos_token_id"))
-    formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
-    try:
-        turns: list[Any] = [_turn(m) for m in messages]
-        specs: list[Any] = [_tool(t) for t in tools]
-        return formatter(messages=turns, tools=specs or None).prompt
-    except Exception as exc:  # templates raise their own errors (e.g. "roles must alternate")
-        raise UserInputError(
-            f"the model's chat template rejected the messages: {exc}", param="messages"
-        ) from None
+    return ChatTemplate(source, bos, eos, model.path.name)
 
 
-def _turn(message: ChatMessage) -> dict[str, Any]:
-    """A message as Transformers passes it to templates: calls with their arguments as a dict."""
-    turn: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.tool_calls:
-        turn["tool_calls"] = [_call(c) for c in message.tool_calls]
-    if message.tool_call_id is not None:
-        turn["tool_call_id"] = message.tool_call_id
-    if message.name is not None:
-        turn["name"] = message.name
-    return turn
-
-
-def _call(call: ToolCall) -> dict[str, Any]:
-    try:
-        arguments: Any = json.loads(call.arguments) if call.arguments else {}
-    except ValueError:  # templates `tojson` the arguments: text that is not JSON stays text
-        arguments = call.arguments
-    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
-
-
-def _tool(tool: ToolSpec) -> dict[str, Any]:
-    function = {"name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)}
-    return {"type": "function", "function": function}
+def offered_tools(request: GenerationRequest) -> tuple[ToolSpec, ...]:
+    """The tools the template renders: none when the request says the model may call none."""
+    return request.tools if request.tool_choice != "none" else ()
 
 
 def fim_tokens(model: LlamaModel, prefix: str, suffix: str) -> list[int]:

@@ -23,12 +23,13 @@ from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schem
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
-from localspec.engine.llama import LlamaModel, gpu_offload_supported
-from localspec.engine.prompting import prompt_tokens
+from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
+from localspec.engine.prompting import chat_template, offered_tools, prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
+from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
 from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format
-from localspec.errors import LocalspecError, OverloadedError
+from localspec.errors import LocalspecError, OverloadedError, StorageError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, TokenChunk
 
 if TYPE_CHECKING:
@@ -106,6 +107,10 @@ class Engine:
         self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
+        # Chat templates run in the renderer's child process, never on the engine thread.
+        self.renderer = TemplateRenderer()
+        self._template: ChatTemplate | None = None
+        self._layerskip_error: str | None = None
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -128,6 +133,20 @@ class Engine:
             ) from None
         return handle
 
+    def prepare(self, request: GenerationRequest) -> GenerationRequest:
+        """The request with its chat messages rendered to a prompt, in the calling thread.
+
+        The server calls this before `submit`, so a template that fails or runs over its
+        budget is the caller's 400 and never reaches the queue. Blocks up to the render
+        budget. Before the model has loaded, the request is returned as it is (the engine
+        thread renders it, through the same renderer).
+        """
+        template = self._template
+        if not request.messages or request.suffix is not None or template is None:
+            return request
+        text = self.renderer.render(template, request.messages, offered_tools(request))
+        return replace(request, messages=(), prompt=text)
+
     def generate(self, request: GenerationRequest) -> GenerationResult:
         """Submit and wait: the blocking convenience for scripts and tests."""
         return self.submit(request).wait()
@@ -140,13 +159,14 @@ class Engine:
         """
         if self.info.status != "ready" or self._target is None:
             raise LocalspecError(f"the model is not ready ({self.info.status}); retry once it is loaded")
-        return len(prompt_tokens(self._target, request))
+        return len(prompt_tokens(self._target, request, self.renderer))
 
     @property
     def queue_depth(self) -> int:
         return self._jobs.qsize()
 
     def close(self) -> None:
+        self.renderer.close()  # a render in progress ends now: shutdown never waits on a template
         if self._thread.is_alive():
             self._drain()
             self._jobs.put(None)
@@ -200,9 +220,16 @@ class Engine:
             job.put(LocalspecError(self.info.error or "the engine failed to load"))
 
     def _load(self) -> None:
+        from localspec.models.gguf_info import check_model_file
+
         cfg = self.config
+        # A corrupt header is one clear error here, before llama.cpp's own parser reads the file.
+        check_gguf_file(cfg.target)
+        check_model_file(cfg.target, cache_dir=self._folder(cfg.cache_dir, "cache"))
         self._target = LlamaModel(cfg.target, cfg.load, self._report("target"))
         self.info.n_ctx = self._target.n_ctx
+        self._template = chat_template(self._target)
+        self.renderer.start()
         self.info.gpu_offload = gpu_offload_supported()
         self._drafters["ngram"] = NgramDrafter()  # listed here; each request gets its own (`_ngram`)
         if cfg.draft is not None:
@@ -224,19 +251,28 @@ class Engine:
             )
             options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
             model = LlamaModel(path, options, self._report("draft"))
-        except LocalspecError as exc:
+        except Exception as exc:
             # The target alone still serves every request; the stats say why there is no draft.
-            self.info.draft_error = exc.message
-            log.warning("draft not loaded: %s", exc.message)
+            # Any failure, not only the foreseen ones: a draft file must never take the daemon down.
+            why = exc.message if isinstance(exc, LocalspecError) else f"{path}: {type(exc).__name__}: {exc}"
+            self.info.draft_error = why
+            log.warning("draft not loaded: %s", why)
             return
         self._drafters["draft"] = ModelDrafter(model, "draft", self.config.draft_min_confidence)
 
     def _layerskip(self) -> Drafter:
+        if self._layerskip_error is not None:
+            raise LocalspecError(self._layerskip_error)
         if "layerskip" not in self._drafters:
             from localspec.models.layerskip import derive_layerskip_draft
 
             derived = self._folder(self.config.derived_dir, "derived")
-            path = derive_layerskip_draft(self.config.target, cache_dir=derived)
+            try:
+                path = derive_layerskip_draft(self.config.target, cache_dir=derived)
+            except StorageError as exc:
+                # Deriving hashes and copies the whole target: not again on every request (restart to retry).
+                self._layerskip_error = exc.message
+                raise
             options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
             model = LlamaModel(path, options, self._report("layerskip draft"))
             self._drafters["layerskip"] = ModelDrafter(model, "layerskip", self.config.draft_min_confidence)
@@ -273,7 +309,7 @@ class Engine:
         assert self._target is not None
         req = job.request
         tool_format = request_tool_format(self._target, req)
-        tokens = prompt_tokens(self._target, req)
+        tokens = prompt_tokens(self._target, req, self.renderer)
         constraint = self._constraint(req, tool_format)
         policy, method, k, reason = self._policy(req)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
@@ -381,12 +417,15 @@ class Engine:
             cache = self._folder(self.config.cache_dir, "cache")
             draft = self._drafters.get("draft")
             try:
-                verify = calibrate(self._target, cache, progress=self._report("calibration")).curve
-                draft_curve = None
+                measured = calibrate(self._target, cache, progress=self._report("calibration"))
+                verify, draft_curve = measured.curve, None
                 if isinstance(draft, ModelDrafter):
-                    draft_curve = calibrate(
+                    measured = calibrate(
                         draft.model, cache, sizes=DRAFT_SIZES, progress=self._report("draft calibration")
-                    ).curve
+                    )
+                    draft_curve = measured.curve
+                if measured.not_saved is not None:
+                    log.warning("calibration not saved (measured again next start): %s", measured.not_saved)
             except Exception as exc:  # auto must still serve: assume batching gains nothing
                 log.warning("calibration failed, auto will decode plainly: %s", exc)
                 verify, draft_curve = Curve.linear(0.03), None

@@ -79,6 +79,10 @@ def discover(
         except LocalspecError as exc:
             result.skipped.append(Skipped(cand.path, cand.source, cand.display_name, exc.message))
             continue
+        except Exception as exc:  # a file the reader failed on must cost that file, never the list
+            reason = f"{cand.path}: unreadable ({type(exc).__name__}: {exc})"
+            result.skipped.append(Skipped(cand.path, cand.source, cand.display_name, reason))
+            continue
         result.models.append(FoundModel(cand.path, cand.source, cand.display_name, info))
     result.models.sort(key=lambda m: (m.display_name.lower(), str(m.path)))
     return result

@@ -56,7 +56,7 @@ def _load(file: Path) -> Any:
 
 def _write(file: Path, data: Any) -> None:
     try:
-        file.parent.mkdir(parents=True, exist_ok=True)
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # ensure_ascii escapes lone surrogates, which plain UTF-8 could not encode.
         write_text_atomic(file, json.dumps(data, ensure_ascii=True))
     except OSError:

@@ -14,14 +14,14 @@ import hashlib
 import importlib.util
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from localspec.errors import ModelFileError, UnsupportedModelError
 from localspec.models.gguf_cache import GGUFCache, cache_key
-from localspec.models.gguf_header import TensorEntry, ggml_type_name, read_header
+from localspec.models.gguf_header import GGUFHeader, corrupt_at, ggml_type_name, read_header
 from localspec.paths import Paths
 
 GGUF_MAGIC = b"GGUF"
@@ -65,6 +65,11 @@ _FIM_KEYS = {
     "middle": ("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
 }
 _LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.")
+_ARCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Far above any real model (context lengths reach ~10M, block counts a few hundred), and far
+# below what would make the planner's arithmetic or lists blow up.
+MAX_COUNT = 1 << 40
+MAX_BLOCKS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,17 @@ def read_gguf_info(path: str | os.PathLike[str], *, cache_dir: Path | None = Non
     return info
 
 
+def check_model_file(path: Path, *, cache_dir: Path | None = None) -> None:
+    """ModelFileError for a file that is no GGUF or whose header is corrupt, before llama.cpp reads it.
+
+    An architecture this module does not recognise passes: llama.cpp has the last word on that.
+    """
+    try:
+        read_gguf_info(path, cache_dir=cache_dir)
+    except UnsupportedModelError:
+        pass
+
+
 def read_tokens(info: GGUFInfo, *, cache_dir: Path | None = None) -> list[str]:
     """The token texts of `info`'s vocabulary, by id (cached by tokenizer fingerprint)."""
     cache = GGUFCache(cache_dir or Paths.from_env().cache_dir)
@@ -208,13 +224,15 @@ def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(f"{file}: has no general.architecture; not a model (a split part?)")
+    if not _ARCH_NAME.fullmatch(arch):
+        raise header.bad_value("general.architecture", "is not an architecture name")
     if meta.get("general.type") == "adapter":
         raise UnsupportedModelError(f"{file}: is a LoRA adapter, not a model")
     tokens = header.tokens
     tok = _tokenizer(meta, tokens)
-    tensors = _tensor_sizes(header.tensors)
-    n_embd = _int(meta, f"{arch}.embedding_length")
-    n_head = _int(meta, f"{arch}.attention.head_count")
+    tensors = _tensor_sizes(header)
+    n_embd = _int(header, f"{arch}.embedding_length")
+    n_head = _int(header, f"{arch}.attention.head_count")
     head_dim = n_embd // n_head if n_head else 0
     info = GGUFInfo(
         path=file,
@@ -223,13 +241,13 @@ def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
         n_params=tensors.n_params,
         quant=_quant(meta, tensors.dominant_type),
         size_bytes=st.st_size,
-        n_ctx_train=_int(meta, f"{arch}.context_length"),
-        n_layers=_int(meta, f"{arch}.block_count"),
+        n_ctx_train=_int(header, f"{arch}.context_length"),
+        n_layers=_int(header, f"{arch}.block_count"),
         n_embd=n_embd,
         n_head=n_head,
-        n_head_kv=_int(meta, f"{arch}.attention.head_count_kv") or n_head,
-        head_dim_k=_int(meta, f"{arch}.attention.key_length") or head_dim,
-        head_dim_v=_int(meta, f"{arch}.attention.value_length") or head_dim,
+        n_head_kv=_int(header, f"{arch}.attention.head_count_kv") or n_head,
+        head_dim_k=_int(header, f"{arch}.attention.key_length") or head_dim,
+        head_dim_v=_int(header, f"{arch}.attention.value_length") or head_dim,
         layer_bytes=tensors.layer_bytes,
         non_layer_bytes=tensors.non_layer_bytes,
         token_embd_bytes=tensors.token_embd_bytes,
@@ -243,12 +261,25 @@ def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
     return info, tokens
 
 
-def _int(meta: Mapping[str, Any], key: str) -> int:
-    """An integer value; for per-layer arrays (some hybrid models) the largest entry."""
-    value = meta.get(key)
-    if isinstance(value, list):
-        return max((int(v) for v in value), default=0)
-    return int(value) if isinstance(value, int | float) else 0
+def _int(header: GGUFHeader, key: str) -> int:
+    """A count from the header (0 when absent); for per-layer arrays (some hybrid models) the largest.
+
+    A value no model can have (negative, infinite, not a number, past MAX_COUNT) makes the file corrupt.
+    """
+    value = header.metadata.get(key)
+    values = value if isinstance(value, list) else [] if value is None else [value]
+    counts = [_count(header, key, v) for v in values]
+    return max(counts, default=0)
+
+
+def _count(header: GGUFHeader, key: str, value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise header.bad_value(key, f"is {value!r}, not a whole number")
+    if not 0 <= value <= MAX_COUNT:
+        raise header.bad_value(key, f"is {value:,}, out of range")
+    return value
 
 
 def _tokenizer(meta: Mapping[str, Any], tokens: list[str]) -> dict[str, Any]:
@@ -331,13 +362,13 @@ class _TensorSizes:
     block_matrix_bytes: tuple[tuple[str, int], ...]
 
 
-def _tensor_sizes(tensors: Sequence[TensorEntry]) -> _TensorSizes:
+def _tensor_sizes(header: GGUFHeader) -> _TensorSizes:
     """Bytes per transformer block and outside them, which the memory planner splits across devices."""
     layers: dict[int, int] = {}
     by_type: dict[str, int] = {}
     matrices: dict[str, int] = {}
     n_params = non_layer = embd = output = 0
-    for t in tensors:
+    for t in header.tensors:
         n_bytes = t.n_bytes
         n_params += t.n_elements
         type_name = ggml_type_name(t.ggml_type)
@@ -345,6 +376,8 @@ def _tensor_sizes(tensors: Sequence[TensorEntry]) -> _TensorSizes:
         match = _LAYER_TENSOR.match(t.name)
         if match:
             index = int(match.group(1))
+            if index > MAX_BLOCKS:  # the block list below is as long as the highest index
+                raise corrupt_at(header.path, header.size, header.data_offset + t.offset, f"block {index:,}")
             layers[index] = layers.get(index, 0) + n_bytes
             if len(t.shape) >= 2:
                 matrices[type_name] = matrices.get(type_name, 0) + n_bytes

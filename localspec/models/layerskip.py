@@ -26,7 +26,7 @@ from typing import Any
 import gguf
 
 from localspec.atomicfile import write_text_atomic
-from localspec.errors import ModelFileError, UnsupportedModelError, UserInputError
+from localspec.errors import ModelFileError, UnsupportedModelError, UserInputError, storage_error
 
 # Bump when the derived files' layout changes, so stale cached drafts are not reused.
 FORMAT_VERSION = 1
@@ -73,8 +73,16 @@ def derive_layerskip_draft(target: Path, keep: Sequence[int] | None = None, *, c
     if out.is_file():
         return out
     reader = reader or _open(target)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=cache_dir)
+    try:
+        _write_atomically(reader, ident, layers, out)
+    except OSError as exc:  # a read-only or full folder: the caller falls back, with this reason
+        raise storage_error(exc, cache_dir) from None
+    return out
+
+
+def _write_atomically(reader: gguf.GGUFReader, ident: TargetIdentity, layers: list[int], out: Path) -> None:
+    out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -84,7 +92,6 @@ def derive_layerskip_draft(target: Path, keep: Sequence[int] | None = None, *, c
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    return out
 
 
 @dataclass(frozen=True)
@@ -119,8 +126,11 @@ def _identify(target: Path, cache_dir: Path) -> tuple[TargetIdentity, gguf.GGUFR
     reader = _open(target)
     arch = _arch(reader, target)
     ident = TargetIdentity(_sha256(target), arch, _int_field(reader, f"{arch}.block_count", target))
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(stamp, json.dumps({**seen, **asdict(ident), "path": str(target.resolve())}))
+    try:
+        stamp.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_text_atomic(stamp, json.dumps({**seen, **asdict(ident), "path": str(target.resolve())}))
+    except OSError:
+        pass  # only a cache: the file is hashed again next time
     return ident, reader
 
 

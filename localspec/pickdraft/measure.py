@@ -22,6 +22,7 @@ from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.llama import LlamaModel
 from localspec.engine.prompting import prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation
+from localspec.engine.templating import TemplateRenderer
 from localspec.paths import Paths
 from localspec.pickdraft.cost import Estimate, estimate, ngram_estimate
 from localspec.pickdraft.rank import Candidate, PickResult, choose, describe, rank_key
@@ -161,11 +162,15 @@ def probe(
     """Greedy generations drafting k tokens per step; their acceptance counts, summed."""
     counts = ProbeCounts(drafted=[0] * k, accepted=[0] * k)
     assert counts.drafted is not None and counts.accepted is not None
-    for i, text in enumerate(prompts):
-        request = GenerationRequest(messages=(ChatMessage("user", text),), max_tokens=max_tokens)
+    with TemplateRenderer() as renderer:
+        tokens = [
+            prompt_tokens(target, GenerationRequest(messages=(ChatMessage("user", text),)), renderer)
+            for text in prompts
+        ]
+    for i, prompt in enumerate(tokens):
         gen = Generation(
             target,
-            prompt_tokens(target, request),
+            prompt,
             max_tokens=max_tokens,
             params=SamplingParams(),
             stop=(),

@@ -20,7 +20,7 @@ import socket
 import stat
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
@@ -34,6 +34,7 @@ from localspec.process.pidfile import PidLock, pid_file_for
 from localspec.resolve import serve_config
 from localspec.server.app import make_app
 from localspec.server.config import ApiConfig
+from localspec.server.connections import KERNEL_BACKLOG, ConnectionPolicy, guarded_protocol
 from localspec.server.security import DEFAULT_MAX_BODY_BYTES
 from localspec.server.state import ServerState
 from localspec.settings import Settings
@@ -57,6 +58,7 @@ class DaemonConfig:
     access_log: bool = True
     pick: str | None = None  # what pick-draft chose and why; None when the person gave the draft
     embed_model: Path | None = None
+    connections: ConnectionPolicy = field(default_factory=ConnectionPolicy)
 
     @property
     def pid_file(self) -> Path:
@@ -105,6 +107,9 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
         access_log=access_log,
         pick=pick,
         embed_model=settings.embed_model.expanduser() if settings.embed_model else None,
+        connections=ConnectionPolicy(
+            settings.header_timeout, settings.body_timeout, max_per_listener=settings.max_connections
+        ),
     )
 
 
@@ -181,6 +186,12 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.localspec = state
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        for sock in sockets or []:
+            # asyncio called listen(accept batch); the kernel's queue of pending connects stays long.
+            sock.listen(KERNEL_BACKLOG)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.localspec.cancel_all()
         super().handle_exit(sig, frame)
@@ -251,6 +262,8 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
             server_header=False,
             ws="none",
             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            http=guarded_protocol(config.connections),  # header/body timeouts, a cap per listener
+            backlog=config.connections.accept_batch,  # see connections.py: asyncio's accept batch
         )
         server = _Server(uv_config, app.state.localspec)
         threading.Thread(target=_watch_loading, args=(engine, server, where), daemon=True).start()
@@ -268,9 +281,12 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
 def run(config: DaemonConfig) -> None:
     """Serve until SIGTERM/SIGINT; returns normally after a clean shutdown."""
     from localspec.engine.llama import check_gguf_file
+    from localspec.models.gguf_info import check_model_file
     from localspec.process.parentwatch import watch_parent
 
-    check_gguf_file(config.engine.target)  # fail at once, not after the sockets are up
+    # Fail at once, with one line, not after the sockets are up: a missing, foreign or corrupt file.
+    check_gguf_file(config.engine.target)
+    check_model_file(config.engine.target, cache_dir=config.engine.cache_dir)
     watch_parent()  # a daemon started for one chat stops (cleanly) when that chat dies
     with PidLock(config.pid_file):
         private = config.socket_path.parent == Paths.from_env().runtime_dir

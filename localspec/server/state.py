@@ -117,10 +117,15 @@ class ServerState:
     def cancel_all(self) -> None:
         """Shutting down: every run ends within one engine step. Safe from a signal handler."""
         self.shutting_down = True
+        self.engine.renderer.interrupt()  # a chat template being rendered ends now, too
         for handle in list(self.active):
             handle.cancel()
 
     async def start(self, request: Request, greq: GenerationRequest) -> Run:
+        if self.shutting_down:
+            raise DaemonError("the daemon is shutting down; retry once it is back")
+        # The chat template runs off the event loop and off the engine thread, within its budget.
+        greq = await asyncio.to_thread(self.engine.prepare, greq)
         if self.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
         handle = self.engine.submit(greq)  # OverloadedError when the queue is full

@@ -16,12 +16,14 @@ from textual.widgets.option_list import Option
 
 from localspec.client import Health
 from localspec.errors import LocalspecError
+from localspec.printable import printable
 from tui.model_list import ModelEntry, list_models
 
 
 def served_text(health: Health | None, saved_draft: Path | None, can_switch: bool) -> str:
     lines = []
     if health is not None and health.ready:
+        # Names and errors come from GGUF files: shown with their control characters escaped.
         draft = health.draft or f"none ({health.draft_error or 'not configured'})"
         lines += [f"serving: {health.model} ({health.target})", f"draft: {draft}"]
         lines.append(f"methods: {', '.join(health.methods)}; default {health.method} k={health.k}")
@@ -31,7 +33,7 @@ def served_text(health: Health | None, saved_draft: Path | None, can_switch: boo
         if can_switch
         else "This chat uses the shared daemon: switching restarts it for everyone, so do that with serve."
     )
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 class ModelsScreen(ModalScreen[Path | None]):
@@ -62,7 +64,7 @@ class ModelsScreen(ModalScreen[Path | None]):
         try:
             entries = list_models()
         except LocalspecError as exc:
-            self.app.call_from_thread(self.query_one("#models-note", Label).update, exc.message)
+            self.app.call_from_thread(self.query_one("#models-note", Label).update, printable(exc.message))
             return
         self.app.call_from_thread(self._show, entries)
 

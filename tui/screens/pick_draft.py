@@ -15,6 +15,7 @@ from textual.widgets import Static
 
 from localspec.client import Health
 from localspec.errors import LocalspecError
+from localspec.printable import printable
 from tui.draft_choice import DraftChoice, pick_draft, served_path
 from tui.model_list import list_models
 
@@ -49,7 +50,9 @@ class PickDraftScreen(ModalScreen[None]):
         with VerticalScroll(id="pick-body") as body:
             body.border_title = "pick-draft"
             body.border_subtitle = "Esc closes"
-            yield Static(f"asking pick-draft about {self.health.target}…", id="pick-text", markup=False)
+            yield Static(
+                f"asking pick-draft about {printable(self.health.target)}…", id="pick-text", markup=False
+            )
 
     def on_mount(self) -> None:
         self.run_pick()
@@ -62,12 +65,13 @@ class PickDraftScreen(ModalScreen[None]):
             if path is None:
                 path = served_path(name, [], [m.path for m in list_models()])
             if path is None:
-                text = f"no file named {name} on this machine; run `localspec pick-draft --target FILE`"
+                shown = printable(name)
+                text = f"no file named {shown} on this machine; run `localspec pick-draft --target FILE`"
                 self.app.call_from_thread(self._show, text)
                 return
             choice = pick_draft(path, self.health.n_ctx)
         except LocalspecError as exc:
-            self.app.call_from_thread(self._show, exc.message)
+            self.app.call_from_thread(self._show, printable(exc.message))
             return
         self.app.call_from_thread(self._show, choice_text(choice, self.health.pick), choice)
 
