@@ -38,12 +38,12 @@ def test_show_describes_qwen_as_ollama_would(daemon: Daemon) -> None:
     ) as c:
         shown = c.show("qwen2.5-coder:1.5b")
         assert c.show("qwen2.5-coder:1.5b-instruct-q4_K_M").template == shown.template
-    assert shown.capabilities == ["completion", "insert"]
+    assert shown.capabilities == ["completion", "insert", "tools"]  # Qwen's template renders tools
     template = shown.template or ""
     assert template.startswith(
         "{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>"
     )
-    assert "<|im_start|>assistant" in template and ".Tools" not in template
+    assert "<|im_start|>assistant" in template and "{{- if .Tools }}" in template
     info = shown.modelinfo or {}
     assert info["qwen2.context_length"] == CTX  # served, not the GGUF's 32768
     assert info["general.basename"] == "Qwen2.5-Coder" and info["general.size_label"] == "1.5B"
