@@ -225,3 +225,15 @@ def test_tool_errors_are_clear_400s(daemon: Daemon, extra: dict[str, Any], words
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert words in error["message"] and error["param"] == param
+
+
+def test_the_sdks_stream_helper_accumulates_the_call(client: openai.OpenAI) -> None:
+    choice: Any = {"type": "function", "name": "get_weather"}
+    with client.responses.stream(
+        model="tiny-tools", input=ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False, **GREEDY
+    ) as stream:
+        arguments = "".join(e.delta for e in stream if e.type == "response.function_call_arguments.delta")
+        final = stream.get_final_response()
+    (call,) = final.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.arguments == arguments
+    jsonschema_rs.validator_for(CITY).validate(json.loads(arguments))
