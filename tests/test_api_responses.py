@@ -95,12 +95,12 @@ def test_unlimited_response_completes(client: openai.OpenAI) -> None:
     [
         ({"store": True}, "stateless"),
         ({"previous_response_id": "resp_123"}, "stateless"),
-        ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools are not supported yet"),
+        ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "'file_search' tools"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
             "vision",
         ),
-        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"text": {"format": {"type": "grammar"}}}, "text.format"),
     ],
 )
 def test_unsupported_is_a_clear_400(daemon: Daemon, extra: dict[str, Any], words: str) -> None:

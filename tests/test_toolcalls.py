@@ -90,6 +90,17 @@ def test_bare_and_fenced_json_calls_parse_in_every_family() -> None:
     assert calls == [ToolCall("f", "{}"), ToolCall("g", '{"k": 2}')]
 
 
+def test_a_call_in_doubled_braces_as_qwen_templates_show_it_parses() -> None:
+    doubled = '{{"name": "get_weather", "arguments": {"city": "Paris"}}}'
+    for fmt in (HERMES, GENERIC):
+        assert parse_tool_calls(fmt, doubled) == ("", [ToolCall("get_weather", '{"city": "Paris"}')])
+    assert parse_tool_calls(HERMES, "<tool_call>\n" + doubled + "\n</tool_call>")[1] == [
+        ToolCall("get_weather", '{"city": "Paris"}')
+    ]
+    for text in ('{{"name": "f"}', "{{x}}", '{{"a": 1}}'):
+        assert parse_tool_calls(HERMES, text) == (text, [])
+
+
 def test_text_that_is_no_call_stays_content() -> None:
     for text in ("Paris is sunny.", '{"answer": 42}', "<tool_call>\nnot json\n</tool_call>", "[1, 2]"):
         for fmt in (HERMES, GENERIC, LLAMA3, MISTRAL):

@@ -92,9 +92,26 @@ def _unfence(text: str) -> str:
     return match.group(1) if match else text
 
 
+# Qwen2.5's template shows the call format to the model as `{{"name": ..., "arguments": ...}}` (a
+# Jinja escape left literal), and Qwen2.5-Coder 1.5B copies it: after a tool's result it writes
+# `{{"name": "get_weather", "arguments": {"city": "Paris"}}}`. One doubled outer brace is undone.
+_DOUBLED = re.compile(r"\{(\{.*\})\}", flags=re.DOTALL)
+
+
+def _call_json(body: str) -> Any:
+    """The JSON value of a call's text, once more without a doubled outer brace; ValueError if neither."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        doubled = _DOUBLED.fullmatch(body)
+        if doubled is None:
+            raise
+        return json.loads(doubled.group(1))
+
+
 def _calls_from_json(fmt: ToolFormat, body: str) -> list[ToolCall]:
     try:
-        data = json.loads(body)
+        data = _call_json(body)
     except ValueError:
         return []
     items = data if isinstance(data, list) else [data]

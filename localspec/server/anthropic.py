@@ -1,15 +1,16 @@
 """Anthropic's Messages API: `/v1/messages` and `/v1/messages/count_tokens`, for Claude Code and the SDK.
 
-Requests become the same GenerationRequest as OpenAI chat; answers are built
-from the GenerationResult by `AnthropicFormat`, streamed as Anthropic's event
-sequence (message_start, content_block_start, ping, content_block_delta...,
-content_block_stop, message_delta, message_stop). The daemon serves one model,
-so a `claude-*` model name (what Claude Code asks for unless told otherwise)
-means the model served here. Errors have Anthropic's shape (app.render_error).
+Requests become the same GenerationRequest as OpenAI chat, tools included; answers are
+built from the GenerationResult by `AnthropicFormat`, streamed as Anthropic's event
+sequence (message_start, then per content block content_block_start, content_block_delta...,
+content_block_stop, a ping after the first start; then message_delta, message_stop). The
+daemon serves one model, so a `claude-*` model name (what Claude Code asks for unless told
+otherwise) means the model served here. Errors have Anthropic's shape (app.render_error).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -24,20 +25,40 @@ from localspec.server.schemas import parse_body
 from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody, messages_request
 from localspec.server.state import ServerState, server_state
 from localspec.server.streaming import respond
-from localspec.types import GenerationRequest, GenerationResult, TokenChunk
+from localspec.types import GenerationRequest, GenerationResult, TokenChunk, ToolCall
 
 
 def stop_reason(result: GenerationResult) -> tuple[str, str | None]:
     """Anthropic's stop_reason and stop_sequence for a result."""
     if result.finish_reason == "length":
         return "max_tokens", None
+    if result.finish_reason == "tool_calls":
+        return "tool_use", None
     if result.stop_string is not None:
         return "stop_sequence", result.stop_string
     return "end_turn", None
 
 
+def tool_use_blocks(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    """Calls as Anthropic returns them: tool_use blocks, the input an object, each with an id."""
+    return [
+        {
+            "type": "tool_use",
+            "id": "toolu_" + uuid.uuid4().hex[:24],
+            "name": c.name,
+            "input": json.loads(c.arguments or "{}"),
+        }
+        for c in calls
+    ]
+
+
 class AnthropicFormat:
-    """A Message as Anthropic shapes it: one text block, usage in input and output tokens."""
+    """A Message as Anthropic shapes it: a text block and tool_use blocks, usage in input and output tokens.
+
+    Streamed, the text block opens with the first text; a call's text is held back by the engine
+    while it is written, so each tool_use block goes out whole at the end, its input in one
+    input_json_delta.
+    """
 
     media_type = "text/event-stream"
 
@@ -46,6 +67,7 @@ class AnthropicFormat:
         self.input_tokens = input_tokens
         self.id = "msg_" + uuid.uuid4().hex[:24]
         self._started = False
+        self._blocks = 0  # content blocks opened so far, the next block's index
 
     @staticmethod
     def _event(data: dict[str, Any]) -> bytes:
@@ -60,14 +82,14 @@ class AnthropicFormat:
             "output_tokens": output_tokens,
         }
 
-    def _message(self, text: str | None, result: GenerationResult | None) -> dict[str, Any]:
+    def _message(self, content: list[dict[str, Any]], result: GenerationResult | None) -> dict[str, Any]:
         reason, sequence = stop_reason(result) if result is not None else (None, None)
         return {
             "id": self.id,
             "type": "message",
             "role": "assistant",
             "model": self.model,
-            "content": [] if text is None else [{"type": "text", "text": text}],
+            "content": content,
             "stop_reason": reason,
             "stop_sequence": sequence,
             "usage": self._usage(result.stats.tokens if result is not None else 0),
@@ -77,41 +99,55 @@ class AnthropicFormat:
         if self._started:
             return b""
         self._started = True
-        return b"".join(
-            self._event(e)
-            for e in (
-                {"type": "message_start", "message": self._message(None, None)},
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                {"type": "ping"},
-            )
-        )
+        return self._event({"type": "message_start", "message": self._message([], None)})
+
+    def _open(self, block: dict[str, Any]) -> bytes:
+        """Start the next content block; the first is followed by a ping, as Anthropic sends it."""
+        index, self._blocks = self._blocks, self._blocks + 1
+        start = self._event({"type": "content_block_start", "index": index, "content_block": block})
+        return start + (self._event({"type": "ping"}) if index == 0 else b"")
 
     def chunk(self, chunk: TokenChunk) -> bytes:
-        delta = {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "text_delta", "text": chunk.text},
-        }
-        return self._start() + self._event(delta)
+        if not chunk.text:  # a step whose text is held back (a call being written)
+            return self._start()
+        head = self._start() + (self._open({"type": "text", "text": ""}) if self._blocks == 0 else b"")
+        delta = {"type": "text_delta", "text": chunk.text}
+        return head + self._event({"type": "content_block_delta", "index": 0, "delta": delta})
+
+    def _tool_use(self, block: dict[str, Any]) -> bytes:
+        index = self._blocks
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
+        return b"".join(
+            [
+                self._open({**block, "input": {}}),
+                self._event({"type": "content_block_delta", "index": index, "delta": delta}),
+                self._event({"type": "content_block_stop", "index": index}),
+            ]
+        )
 
     def final(self, result: GenerationResult) -> bytes:
+        out = [self._start()]
+        if self._blocks == 0 and not result.tool_calls:
+            out.append(self._open({"type": "text", "text": ""}))  # an empty answer is one empty text block
+        if self._blocks:
+            out.append(self._event({"type": "content_block_stop", "index": 0}))
+        out.extend(self._tool_use(b) for b in tool_use_blocks(result.tool_calls))
         reason, sequence = stop_reason(result)
-        events: list[dict[str, Any]] = [
-            {"type": "content_block_stop", "index": 0},
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                "usage": {"output_tokens": result.stats.tokens},
-            },
-            {"type": "message_stop"},
-        ]
-        return self._start() + b"".join(self._event(e) for e in events)
+        delta = {"stop_reason": reason, "stop_sequence": sequence}
+        out.append(
+            self._event(
+                {"type": "message_delta", "delta": delta, "usage": {"output_tokens": result.stats.tokens}}
+            )
+        )
+        out.append(self._event({"type": "message_stop"}))
+        return b"".join(out)
 
     def error(self, exc: LocalspecError) -> bytes:
         return self._event(anthropic_error_body(exc))
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
-        return self._message(result.text, result)
+        text = [{"type": "text", "text": result.text}] if result.text or not result.tool_calls else []
+        return self._message(text + tool_use_blocks(result.tool_calls), result)
 
 
 def _model(state: ServerState, name: str) -> str:
@@ -135,7 +171,7 @@ async def count_tokens(request: Request) -> Response:
     state = server_state(request)
     body = parse_body(await request.body(), CountTokensBody)
     _model(state, body.model)
-    return JSONResponse({"input_tokens": await _count(state, GenerationRequest(messages=body.chat()))})
+    return JSONResponse({"input_tokens": await _count(state, body.request())})
 
 
 ROUTES = [

@@ -1,11 +1,13 @@
-"""OpenAI's Responses API (`/v1/responses`), stateless: one message of output text per request.
+"""OpenAI's Responses API (`/v1/responses`), stateless: a message of output text and function calls.
 
 Requests become the same GenerationRequest as chat; `ResponsesFormat` builds the
 Response object from the GenerationResult, or streams OpenAI's event sequence:
-response.created, response.in_progress, response.output_item.added,
+response.created, response.in_progress, then for the message response.output_item.added,
 response.content_part.added, response.output_text.delta..., response.output_text.done,
-response.content_part.done, response.output_item.done, then response.completed
-(response.incomplete when max_output_tokens cut it short).
+response.content_part.done, response.output_item.done; for each function call
+response.output_item.added, response.function_call_arguments.delta and .done,
+response.output_item.done; then response.completed (response.incomplete when
+max_output_tokens cut it short).
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from localspec.types import GenerationResult, TokenChunk
 
 
 class ResponsesFormat:
-    """A Response with one assistant message holding one output_text part."""
+    """A Response: an assistant message holding one output_text part, then a function_call item per call.
+
+    Streamed, the message opens with the first text; a call's text is held back by the engine
+    while it is written, so each function_call item goes out whole at the end, its arguments in
+    one delta. A response of calls alone has no message item.
+    """
 
     media_type = "text/event-stream"
 
@@ -40,6 +47,8 @@ class ResponsesFormat:
         self.created = int(time.time())
         self._seq = 0
         self._started = False
+        self._opened = False  # the message item was announced
+        self._calls: list[dict[str, Any]] | None = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **fields}
@@ -58,6 +67,26 @@ class ResponsesFormat:
             "content": [] if text is None else [self._part(text)],
         }
 
+    def _call_items(self, result: GenerationResult) -> list[dict[str, Any]]:
+        """The result's calls as function_call items, made once so stream and body share their ids."""
+        if self._calls is None:
+            self._calls = [
+                {
+                    "id": "fc_" + uuid.uuid4().hex[:24],
+                    "type": "function_call",
+                    "status": "completed",
+                    "call_id": "call_" + uuid.uuid4().hex[:24],
+                    "name": c.name,
+                    "arguments": c.arguments,
+                }
+                for c in result.tool_calls
+            ]
+        return self._calls
+
+    def _output(self, result: GenerationResult) -> list[dict[str, Any]]:
+        message = [self._item(result.text)] if result.text or not result.tool_calls else []
+        return message + self._call_items(result)
+
     def _response(self, result: GenerationResult | None) -> dict[str, Any]:
         status = "in_progress"
         if result is not None:
@@ -73,15 +102,15 @@ class ResponsesFormat:
             "instructions": self.body.instructions,
             "max_output_tokens": self.body.max_output_tokens,
             "model": self.model,
-            "output": [self._item(result.text)] if result is not None else [],
-            "parallel_tool_calls": False,
+            "output": self._output(result) if result is not None else [],
+            "parallel_tool_calls": self.body.parallel_tool_calls,
             "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None},
             "store": False,
             "temperature": self.body.temperature,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "none",
-            "tools": [],
+            "text": {"format": self.body.format()},
+            "tool_choice": self.body.tool_choice,
+            "tools": [t.echo() for t in self.body.function_tools()],
             "top_p": self.body.top_p,
             "truncation": "disabled",
             "metadata": {},
@@ -99,30 +128,62 @@ class ResponsesFormat:
             return b""
         self._started = True
         head = self._response(None)
-        return b"".join(
-            [
-                self._event("response.created", response=head),
-                self._event("response.in_progress", response=head),
-                self._event("response.output_item.added", output_index=0, item=self._item(None)),
-                self._event("response.content_part.added", **self._at(), part=self._part("")),
-            ]
+        return self._event("response.created", response=head) + self._event(
+            "response.in_progress", response=head
+        )
+
+    def _open(self) -> bytes:
+        if self._opened:
+            return b""
+        self._opened = True
+        return self._event("response.output_item.added", output_index=0, item=self._item(None)) + self._event(
+            "response.content_part.added", **self._at(), part=self._part("")
         )
 
     def chunk(self, chunk: TokenChunk) -> bytes:
-        start = self._start()  # first: events are numbered in the order they are made
+        # Events are numbered in the order they are made: the start first.
+        start = self._start()
+        if not chunk.text:  # a step whose text is held back (a call being written)
+            return start
+        start += self._open()
         return start + self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=[])
 
-    def final(self, result: GenerationResult) -> bytes:
-        whole = self._response(result)
-        end = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
-        return self._start() + b"".join(
+    def _close_message(self, text: str) -> bytes:
+        return b"".join(
             [
-                self._event("response.output_text.done", **self._at(), text=result.text, logprobs=[]),
-                self._event("response.content_part.done", **self._at(), part=self._part(result.text)),
-                self._event("response.output_item.done", output_index=0, item=self._item(result.text)),
-                self._event(end, response=whole),
+                self._open(),
+                self._event("response.output_text.done", **self._at(), text=text, logprobs=[]),
+                self._event("response.content_part.done", **self._at(), part=self._part(text)),
+                self._event("response.output_item.done", output_index=0, item=self._item(text)),
             ]
         )
+
+    def _call_events(self, index: int, item: dict[str, Any]) -> bytes:
+        at = {"item_id": item["id"], "output_index": index}
+        return b"".join(
+            [
+                self._event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                ),
+                self._event("response.function_call_arguments.delta", **at, delta=item["arguments"]),
+                self._event("response.function_call_arguments.done", **at, arguments=item["arguments"]),
+                self._event("response.output_item.done", output_index=index, item=item),
+            ]
+        )
+
+    def final(self, result: GenerationResult) -> bytes:
+        out = [self._start()]
+        first = 0
+        if self._opened or result.text or not result.tool_calls:
+            out.append(self._close_message(result.text))
+            first = 1
+        out.extend(self._call_events(first + i, item) for i, item in enumerate(self._call_items(result)))
+        whole = self._response(result)
+        end = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
+        out.append(self._event(end, response=whole))
+        return b"".join(out)
 
     def error(self, exc: LocalspecError) -> bytes:
         return self._event("error", code=exc.code, message=exc.message, param=exc.param)

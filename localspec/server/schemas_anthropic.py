@@ -1,27 +1,51 @@
 """Anthropic's Messages body (`/v1/messages`: Claude Code, the `anthropic` SDK) as an engine request.
 
-It becomes the same `GenerationRequest` of `ChatMessage`s that OpenAI's chat does.
-Text blocks are joined by a blank line; blocks this daemon cannot serve (images,
-documents, tool use) are refused by name rather than dropped.
+It becomes the same `GenerationRequest` of `ChatMessage`s that OpenAI's chat does. Text blocks
+are joined by a blank line; an assistant's `tool_use` blocks become its `tool_calls`, a user's
+`tool_result` blocks `tool` turns (before the user's text, as Anthropic orders them). Blocks
+this daemon cannot serve (images, documents, server tools) are refused by name rather than
+dropped; `thinking` blocks sent back are skipped (this model writes none), and `cache_control`,
+`metadata` and `thinking` are accepted and ignored.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field
 
 from localspec.errors import UserInputError
-from localspec.server.refusals import NO_TOOLS, NO_VISION
+from localspec.server.refusals import NO_VISION
 from localspec.server.schemas import MAX_STOP, SpeculativeOptions, _Body, spec_params, stop_strings
-from localspec.types import ChatMessage, GenerationRequest, SamplingParams, SpecParams
+from localspec.server.toolschemas import MAX_TOOLS, NAME_PATTERN
+from localspec.types import (
+    ChatMessage,
+    GenerationRequest,
+    NamedTool,
+    SamplingParams,
+    SpecParams,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+)
+
+_SKIPPED = ("thinking", "redacted_thinking")
 
 
 class ContentBlock(_Body):
-    """One block of a message or system prompt; only `text` blocks carry what this daemon reads."""
+    """One block of a message or system prompt: text, a tool_use, or a tool_result."""
 
     type: str
     text: str | None = None
+    # tool_use
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    # tool_result
+    tool_use_id: str | None = None
+    content: str | list[ContentBlock] | None = None
+    is_error: bool = False
 
 
 class AnthropicMessage(_Body):
@@ -29,39 +53,127 @@ class AnthropicMessage(_Body):
     content: str | list[ContentBlock]
 
 
+class AnthropicTool(_Body):
+    """A custom tool; Anthropic's typed tools (web_search_..., bash_..., computer_...) are refused."""
+
+    name: str = Field(..., pattern=NAME_PATTERN)
+    description: str = ""
+    input_schema: dict[str, Any] | None = None  # required of custom tools; typed tools have none
+    type: str | None = None
+
+    def to_spec(self, where: str) -> ToolSpec:
+        if self.type not in (None, "custom"):
+            raise UserInputError(
+                f"{where}: {self.type!r} tools are not supported; localspec serves custom tools "
+                "(name, description, input_schema)",
+                param=where,
+            )
+        if self.input_schema is None:
+            raise UserInputError(f"{where}.input_schema: field required", param=f"{where}.input_schema")
+        return ToolSpec(self.name, self.description, self.input_schema)
+
+
+class AnthropicToolChoice(_Body):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+    def to_choice(self) -> ToolChoice:
+        if self.type == "tool":
+            if not self.name:
+                raise UserInputError("tool_choice {type: tool} needs a name", param="tool_choice.name")
+            return NamedTool(self.name)
+        return "required" if self.type == "any" else self.type
+
+
 def block_text(content: str | list[ContentBlock], where: str) -> str:
     """The text of a content field; a block that is not text is a clear error."""
     if isinstance(content, str):
         return content
+    return "\n\n".join(_text(block, f"{where}.content.{i}") for i, block in enumerate(content))
+
+
+def _text(block: ContentBlock, where: str) -> str:
+    if block.type in ("image", "document"):
+        raise UserInputError(f"{where}: {NO_VISION}", param=where)
+    if block.type != "text" or block.text is None:
+        raise UserInputError(f"{where}: {block.type!r} blocks are not supported here; send text", param=where)
+    return block.text
+
+
+def _assistant(content: str | list[ContentBlock], where: str) -> ChatMessage:
+    if isinstance(content, str):
+        return ChatMessage("assistant", content)
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for i, block in enumerate(content):
+        if block.type == "tool_use":
+            if not block.name:
+                raise UserInputError(f"{where}.content.{i}: tool_use needs a name", param=where)
+            calls.append(ToolCall(block.name, json.dumps(block.input or {}), block.id or ""))
+        elif block.type not in _SKIPPED:
+            texts.append(_text(block, f"{where}.content.{i}"))
+    return ChatMessage("assistant", "\n\n".join(texts), tuple(calls))
+
+
+def _user(content: str | list[ContentBlock], where: str, names: dict[str, str]) -> list[ChatMessage]:
+    """A user turn: a `tool` turn per tool_result, then the user's text, if any."""
+    if isinstance(content, str):
+        return [ChatMessage("user", content)]
+    results: list[ChatMessage] = []
     texts: list[str] = []
     for i, block in enumerate(content):
-        if block.type in ("image", "document"):
-            raise UserInputError(f"{where}.content.{i}: {NO_VISION}", param=f"{where}.content")
-        if block.type in ("tool_use", "tool_result", "server_tool_use"):
-            raise UserInputError(f"{where}.content.{i}: {NO_TOOLS}", param=f"{where}.content")
-        if block.type != "text" or block.text is None:
-            raise UserInputError(
-                f"{where}.content.{i}: {block.type!r} blocks are not supported; send text", param=where
-            )
-        texts.append(block.text)
-    return "\n\n".join(texts)
+        at = f"{where}.content.{i}"
+        if block.type == "tool_result":
+            text = block_text(block.content or "", at)
+            # The template has no error flag; the model reads that the call failed.
+            text = f"Error: {text}" if block.is_error else text
+            call_id = block.tool_use_id or ""
+            results.append(ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id)))
+        else:
+            texts.append(_text(block, at))
+    return results + ([ChatMessage("user", "\n\n".join(texts))] if texts else [])
+
+
+def _turns(messages: list[AnthropicMessage]) -> tuple[ChatMessage, ...]:
+    names: dict[str, str] = {}  # tool_use id -> the tool's name, for the tool_result that answers it
+    out: list[ChatMessage] = []
+    for i, m in enumerate(messages):
+        if m.role == "assistant":
+            turn = _assistant(m.content, f"messages.{i}")
+            names.update((c.id, c.name) for c in turn.tool_calls if c.id)
+            out.append(turn)
+        else:
+            out.extend(_user(m.content, f"messages.{i}", names))
+    return tuple(out)
 
 
 class _AnthropicBase(_Body):
     model: str = Field(..., min_length=1)
     messages: list[AnthropicMessage] = Field(..., min_length=1)
     system: str | list[ContentBlock] | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[AnthropicTool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: AnthropicToolChoice | None = None
+    # Claude Code sends these; the model has no extended thinking and there is nothing to bill.
+    thinking: dict[str, Any] | None = Field(None, description="Accepted and ignored: no thinking blocks.")
+    metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
 
     def chat(self) -> tuple[ChatMessage, ...]:
-        if self.tools:
-            raise UserInputError(NO_TOOLS, param="tools")
         system = block_text(self.system, "system") if self.system else ""
         head = (ChatMessage("system", system),) if system else ()
-        turns = tuple(
-            ChatMessage(m.role, block_text(m.content, f"messages.{i}")) for i, m in enumerate(self.messages)
-        )
-        return head + turns
+        return head + _turns(self.messages)
+
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(t.to_spec(f"tools.{i}") for i, t in enumerate(self.tools or ()))
+
+    def tool_fields(self) -> dict[str, Any]:
+        """The request's tools, tool_choice and parallel_tool_calls, as GenerationRequest fields."""
+        choice = self.tool_choice
+        return {
+            "tools": self.tool_specs(),
+            "tool_choice": choice.to_choice() if choice else "auto",
+            "parallel_tool_calls": not (choice and choice.disable_parallel_tool_use),
+        }
 
 
 class MessagesBody(_AnthropicBase):
@@ -82,6 +194,9 @@ class MessagesBody(_AnthropicBase):
 class CountTokensBody(_AnthropicBase):
     """POST /v1/messages/count_tokens."""
 
+    def request(self) -> GenerationRequest:
+        return GenerationRequest(messages=self.chat(), **self.tool_fields())
+
 
 def messages_request(body: MessagesBody, spec: SpecParams) -> GenerationRequest:
     return GenerationRequest(
@@ -90,4 +205,5 @@ def messages_request(body: MessagesBody, spec: SpecParams) -> GenerationRequest:
         stop=stop_strings(body.stop_sequences),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
+        **body.tool_fields(),
     )

@@ -2,33 +2,67 @@
 
 The daemon keeps no state between requests, so what needs it is refused by
 name: `store: true`, `previous_response_id`, `conversation`, `background`.
-Reasoning items a client sends back are skipped (this model writes none);
-images, files, tools and structured output are refused, each with a clear 400.
+Reasoning items a client sends back are skipped (this model writes none).
+Function tools work as in chat: `function_call` items become an assistant turn's
+calls, `function_call_output` items `tool` turns; `text.format` json_object or
+json_schema is structured output. Images, files and built-in tools (web_search,
+file_search, ...) are refused, each with a clear 400.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from localspec.errors import UserInputError
-from localspec.server.refusals import NO_TOOLS, NO_VISION
+from localspec.server.refusals import NO_VISION
 from localspec.server.schemas import SpeculativeOptions, _Body, spec_params
-from localspec.types import ChatMessage, GenerationRequest, SamplingParams, SpecParams
+from localspec.server.toolschemas import MAX_TOOLS, NAME_PATTERN, checked_schema
+from localspec.types import (
+    ChatMessage,
+    GenerationRequest,
+    NamedTool,
+    SamplingParams,
+    SpecParams,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+)
 
 STATELESS = "localspec keeps no responses (it is stateless); send the whole conversation in `input`"
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
-_TOOL_ITEMS = ("function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
 
 
 class InputItem(_Body):
-    """One input item; messages (with or without `type: message`) carry text."""
+    """One input item: a message (with or without `type: message`), a function call or its output."""
 
     type: str = "message"
     role: Literal["user", "assistant", "system", "developer"] | None = None
     content: str | list[dict[str, Any]] | None = None
+    # function_call and function_call_output
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[dict[str, Any]] | None = None
+
+
+class FunctionTool(_Body):
+    """A function the model may call; `strict` is accepted (calls forced by a grammar follow the schema)."""
+
+    type: str
+    name: str = Field(..., pattern=NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    def to_spec(self) -> ToolSpec:
+        parameters = self.parameters or {"type": "object", "properties": {}}
+        return ToolSpec(self.name, self.description or "", parameters)
+
+    def echo(self) -> dict[str, Any]:
+        return {"type": "function", **self.model_dump(exclude={"type"})}
 
 
 def _content_text(content: str | list[dict[str, Any]] | None, where: str) -> str:
@@ -38,24 +72,44 @@ def _content_text(content: str | list[dict[str, Any]] | None, where: str) -> str
     for i, part in enumerate(content):
         kind = part.get("type")
         if kind in _MEDIA_PARTS:
-            raise UserInputError(f"{where}.content.{i}: {NO_VISION}", param=f"{where}.content")
+            raise UserInputError(f"{where}.{i}: {NO_VISION}", param=where)
         if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise UserInputError(
-                f"{where}.content.{i}: {kind!r} parts are not supported; send text", param=where
-            )
+            raise UserInputError(f"{where}.{i}: {kind!r} parts are not supported; send text", param=where)
         texts.append(part["text"])
     return "".join(texts)
 
 
-def _item_message(item: InputItem, where: str) -> ChatMessage | None:
+def _add_call(turns: list[ChatMessage], item: InputItem, where: str) -> None:
+    """A function_call joins the assistant turn before it (text and calls are one turn in chat)."""
+    if not item.name:
+        raise UserInputError(f"{where}: a function_call needs a name", param=where)
+    call = ToolCall(item.name, item.arguments or "{}", item.call_id or "")
+    last = turns[-1] if turns else None
+    if last is not None and last.role == "assistant":
+        turns[-1] = ChatMessage("assistant", last.content, (*last.tool_calls, call))
+    else:
+        turns.append(ChatMessage("assistant", "", (call,)))
+
+
+def _add_item(turns: list[ChatMessage], item: InputItem, where: str, names: dict[str, str]) -> None:
     if item.type == "reasoning":
-        return None
-    if item.type in _TOOL_ITEMS:
-        raise UserInputError(f"{where}: {NO_TOOLS}", param=where)
-    if item.type != "message" or item.role is None:
-        raise UserInputError(f"{where}: {item.type!r} items are not supported; send messages", param=where)
-    role = "system" if item.role == "developer" else item.role
-    return ChatMessage(role, _content_text(item.content, where))
+        return
+    if item.type == "function_call":
+        _add_call(turns, item, where)
+        names[item.call_id or ""] = item.name or ""
+    elif item.type == "function_call_output":
+        text = _content_text(item.output, f"{where}.output")
+        call_id = item.call_id or ""
+        turns.append(ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id)))
+    elif item.type == "message" and item.role is not None:
+        role = "system" if item.role == "developer" else item.role
+        turns.append(ChatMessage(role, _content_text(item.content, f"{where}.content")))
+    else:
+        raise UserInputError(
+            f"{where}: {item.type!r} items are not supported; send messages, function_call and "
+            "function_call_output items",
+            param=where,
+        )
 
 
 class ResponsesBody(_Body):
@@ -72,7 +126,9 @@ class ResponsesBody(_Body):
     previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None
     background: bool | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: Literal["auto", "none", "required"] | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
     text: dict[str, Any] | None = None
     speculative: SpeculativeOptions | None = None
 
@@ -86,18 +142,66 @@ class ResponsesBody(_Body):
             raise UserInputError(
                 "background responses are not supported; localspec answers at once", param="background"
             )
-        if self.tools:
-            raise UserInputError(NO_TOOLS, param="tools")
-        fmt = (self.text or {}).get("format") or {}
-        if fmt.get("type") not in (None, "text"):
-            raise UserInputError("only text.format {type: text} is supported", param="text.format")
+
+    def function_tools(self) -> list[FunctionTool]:
+        """The tools, each a function; a built-in tool (web_search, ...) is refused by its type."""
+        out: list[FunctionTool] = []
+        for i, tool in enumerate(self.tools or ()):
+            kind = tool.get("type")
+            if kind != "function":
+                raise UserInputError(
+                    f"tools.{i}: {kind!r} tools are not supported; localspec serves function tools",
+                    param=f"tools.{i}",
+                )
+            out.append(_parse(FunctionTool, tool, f"tools.{i}"))
+        return out
+
+    def choice(self) -> ToolChoice:
+        choice = self.tool_choice
+        if isinstance(choice, str):
+            return choice
+        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+            raise UserInputError(
+                'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
+                param="tool_choice",
+            )
+        return NamedTool(choice["name"])
+
+    def format(self) -> dict[str, Any]:
+        return (self.text or {}).get("format") or {"type": "text"}
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """`text.format` as the request's JSON schema: None for text, any object for json_object."""
+        fmt = self.format()
+        kind = fmt.get("type")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return {"type": "object"}
+        if kind != "json_schema":
+            raise UserInputError("text.format must be text, json_object or json_schema", param="text.format")
+        if not isinstance(fmt.get("schema"), dict):
+            raise UserInputError("text.format json_schema needs a schema", param="text.format.schema")
+        return checked_schema(fmt["schema"], "text.format")
 
     def chat(self) -> tuple[ChatMessage, ...]:
         head = (ChatMessage("system", self.instructions),) if self.instructions else ()
         if isinstance(self.input, str):
             return (*head, ChatMessage("user", self.input))
-        turns = (_item_message(item, f"input.{i}") for i, item in enumerate(self.input))
-        return (*head, *(m for m in turns if m is not None))
+        turns: list[ChatMessage] = list(head)
+        names: dict[str, str] = {}  # call_id -> the function's name, for the output that answers it
+        for i, item in enumerate(self.input):
+            _add_item(turns, item, f"input.{i}", names)
+        return tuple(turns)
+
+
+def _parse(model: type[FunctionTool], data: dict[str, Any], where: str) -> FunctionTool:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join([where, *(str(p) for p in err["loc"])])
+        raise UserInputError(f"invalid {param}: {err['msg']}", param=param) from None
 
 
 def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
@@ -110,4 +214,8 @@ def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> 
         max_tokens=body.max_output_tokens or unlimited,
         sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p),
         speculative=spec_params(body.speculative, spec),
+        tools=tuple(t.to_spec() for t in body.function_tools()),
+        tool_choice=body.choice(),
+        parallel_tool_calls=body.parallel_tool_calls,
+        json_schema=body.output_schema(),
     )

@@ -1,0 +1,239 @@
+"""Function tools and structured output on OpenAI's Responses API, with the real `openai` package.
+
+The tiny model's template speaks the Hermes syntax; its random weights never choose a call,
+so calls here are forced (tool_choice required or a named function), which the grammar
+guarantees. The real, tool-trained model choosing a call itself is in test_api_agents_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import openai
+import pytest
+import tinymodels
+from daemonproc import Daemon, start_daemon
+from openai.types.responses import FunctionToolParam
+
+pytestmark = pytest.mark.timeout(120)
+
+ASK = "what is the weather in the city"
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 16}, "days": {"type": "integer", "maximum": 9}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+TOOLS: list[FunctionToolParam] = [
+    {"type": "function", "name": "get_weather", "description": "Weather", "parameters": CITY, "strict": True},
+    {
+        "type": "function",
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {}},
+        "strict": False,
+    },
+]
+ANSWER = {
+    "type": "object",
+    "properties": {
+        "answer": {"enum": ["yes", "no"]},
+        "score": {"type": "integer", "minimum": 0, "maximum": 9},
+    },
+    "required": ["answer", "score"],
+    "additionalProperties": False,
+}
+GREEDY: dict[str, Any] = {"temperature": 0, "max_output_tokens": 160}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Iterator[Daemon]:
+    target = tinymodels.write_tool_target(tiny_dir / "tiny-tools.gguf")
+    d = start_daemon(tmp_path_factory.mktemp("responses-tools-home"), target, ctx=1024)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[openai.OpenAI]:
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
+    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as c:  # type: ignore[arg-type]
+        yield c
+
+
+def test_required_returns_a_function_call_item(client: openai.OpenAI) -> None:
+    out = client.responses.create(
+        model="tiny-tools",
+        input=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        **GREEDY,
+    )
+    assert out.status == "completed" and out.output_text == ""
+    (item,) = out.output
+    assert item.type == "function_call" and item.status == "completed"
+    assert item.id and item.id.startswith("fc_") and item.call_id.startswith("call_")
+    assert item.name in ("get_weather", "get_time") and isinstance(json.loads(item.arguments), dict)
+    assert out.tool_choice == "required" and out.parallel_tool_calls is False
+    assert [t.name for t in out.tools] == ["get_weather", "get_time"]
+
+
+def test_a_named_call_streams_as_function_call_events(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = {
+        "model": "tiny-tools",
+        "input": ASK,
+        "tools": TOOLS,
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "parallel_tool_calls": False,
+        **GREEDY,
+    }
+    (whole,) = client.responses.create(**kw).output
+    events = list(client.responses.create(stream=True, **kw))
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added, delta, done_args, done = events[2:6]
+    assert added.item.type == "function_call" and added.item.status == "in_progress"
+    assert added.item.name == "get_weather" and added.output_index == 0
+    assert delta.delta == done_args.arguments == done.item.arguments == whole.arguments
+    assert delta.item_id == done.item.id == added.item.id
+    jsonschema_rs.validator_for(CITY).validate(json.loads(done_args.arguments))
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["function_call"]
+    assert final.output[0].call_id == done.item.call_id
+
+
+def test_a_call_and_its_output_in_the_input_round_trip(client: openai.OpenAI) -> None:
+    first = client.responses.create(
+        model="tiny-tools",
+        input=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        **GREEDY,
+    )
+    (call,) = first.output
+    assert call.type == "function_call"
+    history: list[Any] = [
+        {"role": "user", "content": ASK},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21C"},
+    ]
+    short = client.responses.create(
+        model="tiny-tools", input=ASK, tools=TOOLS, max_output_tokens=1, temperature=0
+    )
+    out = client.responses.create(
+        model="tiny-tools", input=history, tools=TOOLS, max_output_tokens=2, temperature=0
+    )
+    assert out.usage is not None and short.usage is not None
+    assert out.usage.input_tokens > short.usage.input_tokens + 10  # the call and its output were rendered
+
+
+def _chat_tool(tool: FunctionToolParam) -> dict[str, Any]:
+    function = {k: v for k, v in tool.items() if k not in ("type", "strict")}
+    return {"type": "function", "function": function}
+
+
+def test_the_history_renders_as_chat_renders_it(client: openai.OpenAI, daemon: Daemon) -> None:
+    call = {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris", "days": 1}',
+    }
+    items: list[Any] = [
+        {"role": "user", "content": ASK},
+        call,
+        {
+            "type": "function_call_output",
+            "call_id": "call_1",
+            "output": [{"type": "input_text", "text": "sunny"}],
+        },
+    ]
+    out = client.responses.create(
+        model="tiny-tools", input=items, tools=TOOLS, max_output_tokens=1, temperature=0
+    )
+    chat_body = {
+        "model": "tiny-tools",
+        "max_tokens": 1,
+        "temperature": 0,
+        "tools": [_chat_tool(t) for t in TOOLS],
+        "messages": [
+            {"role": "user", "content": ASK},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": call["arguments"]}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+    }  # fmt: skip
+    with daemon.http() as http:
+        chat = http.post("/v1/chat/completions", json=chat_body).json()
+    assert out.usage is not None and out.usage.input_tokens == chat["usage"]["prompt_tokens"]
+
+
+def test_text_format_json_schema_and_json_object(client: openai.OpenAI) -> None:
+    fmt: Any = {"type": "json_schema", "name": "answer", "schema": ANSWER, "strict": True}
+    out = client.responses.create(model="tiny-tools", input="yes or no?", text={"format": fmt}, **GREEDY)
+    jsonschema_rs.validator_for(ANSWER).validate(json.loads(out.output_text))
+    assert out.text.format is not None and out.text.format.type == "json_schema"
+    stream = client.responses.create(
+        model="tiny-tools", input="hi", text={"format": {"type": "json_object"}}, stream=True, **GREEDY
+    )
+    text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+    assert text.startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("extra", "words", "param"),
+    [
+        ({"tools": [{"type": "web_search"}]}, "'web_search' tools are not supported", "tools.0"),
+        ({"tools": [{"type": "function", "name": "bad name"}]}, "tools.0.name", "tools.0.name"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "'nope'", "tool_choice"),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "web_search_preview"}},
+            "tool_choice must be",
+            "tool_choice",
+        ),
+        ({"text": {"format": {"type": "xml"}}}, "text.format", "text.format"),
+        (
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "strin"}}}},
+            "",
+            "text.format",
+        ),
+        (
+            {"input": [{"type": "custom_tool_call", "call_id": "c", "name": "x", "input": ""}]},
+            "'custom_tool_call'",
+            "input.0",
+        ),
+    ],
+)
+def test_tool_errors_are_clear_400s(daemon: Daemon, extra: dict[str, Any], words: str, param: str) -> None:
+    body = {"model": "tiny-tools", "input": "hi", "max_output_tokens": 4, **extra}
+    with daemon.http() as http:
+        response = http.post("/v1/responses", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert words in error["message"] and error["param"] == param
+
+
+def test_the_sdks_stream_helper_accumulates_the_call(client: openai.OpenAI) -> None:
+    choice: Any = {"type": "function", "name": "get_weather"}
+    with client.responses.stream(
+        model="tiny-tools", input=ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=False, **GREEDY
+    ) as stream:
+        arguments = "".join(e.delta for e in stream if e.type == "response.function_call_arguments.delta")
+        final = stream.get_final_response()
+    (call,) = final.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.arguments == arguments
+    jsonschema_rs.validator_for(CITY).validate(json.loads(arguments))
