@@ -250,3 +250,30 @@ def test_localspec_ps_lists_what_is_loaded(daemon: Daemon, oai: openai.OpenAI, h
     assert lines[0].split()[:2] == ["NAME", "SIZE"]
     names = [line.split()[0] for line in lines[1:]]
     assert "beta" in names and set(names) == set(loaded(http))
+
+
+def test_each_model_gets_its_own_draft_pick_or_its_pin_and_the_idle_timeout(
+    tmp_path: Path, folder: Path
+) -> None:
+    """No pins but beta's: pick-draft chooses for gamma on this machine; beta loads its pinned draft.
+
+    keep_alive 1s in the settings: an on-demand model goes once idle that long, the daemon's own stays.
+    """
+    env = {
+        "LOCALSPEC_MODELS": str(folder),
+        "LOCALSPEC_DRAFTS": json.dumps({"beta": str(folder / "alpha.gguf")}),
+        "LOCALSPEC_KEEP_ALIVE": "1s",
+    }
+    d = start_daemon(tmp_path / "home", folder / "alpha.gguf", ctx=CTX, env=env)
+    try:
+        with d.http() as http:
+            for model in ("beta", "gamma"):
+                body = {"model": model, "messages": CHAT, "max_tokens": 2}
+                assert http.post("/v1/chat/completions", json=body).status_code == 200
+            ps = loaded(http)
+            assert ps["beta"]["draft"] == "alpha.gguf" and "pinned" in ps["beta"]["pick"]
+            assert "pick-draft chose" in ps["gamma"]["pick"]
+            assert wait_until_unloaded(http, "beta") and wait_until_unloaded(http, "gamma")
+            assert set(loaded(http)) == {"alpha"}
+    finally:
+        assert d.stop() == 0, d.log()

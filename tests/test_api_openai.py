@@ -209,7 +209,7 @@ def test_routes_without_v1_as_llama_server_serves_them(daemon: Daemon) -> None:
     http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
     client = openai.OpenAI(base_url="http://localhost", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
     with client:
-        assert [m.id for m in client.models.list()][0] == "tiny-target"
+        assert next(m.id for m in client.models.list()) == "tiny-target"
         chat = client.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=8, temperature=0)
         text = client.completions.create(model="tiny-target", prompt="the model", max_tokens=8, temperature=0)
         with_v1 = http.post(
