@@ -89,7 +89,7 @@ def _running(state: ServerState, res: Resident) -> dict[str, Any] | None:
         "pick": res.loadout.pick,
         "status": info.status,
         "busy": res.busy,
-        "load_seconds": res.load_s,
+        "load_seconds": None if res.load_s is None else round(res.load_s, 3),
     }
 
 
