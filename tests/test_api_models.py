@@ -137,6 +137,13 @@ def test_switching_models_loads_on_demand_and_evicts_the_least_recently_used(
     chat(oai, "alpha")
     chat(oai, "beta")
     assert set(loaded(http)) == {"alpha", "beta"}
+    # The daemon's own model is evicted like any other; the daemon stays ready, and loads it again.
+    chat(oai, "gamma")
+    assert set(loaded(http)) == {"beta", "gamma"}
+    health = http.get("/health").json()
+    assert health["status"] == "ready" and health["model"] == "alpha"
+    chat(oai, "alpha")
+    assert set(loaded(http)) == {"alpha", "gamma"}
     chat(oai, "alpha")  # alpha is now the more recently used
     reply = oll.chat(model="gamma", messages=CHAT, options={"num_predict": 4, "temperature": 0})
     assert reply.model == "gamma" and reply.done

@@ -119,6 +119,7 @@ class ModelPool:
                         await self._load(model)
                 continue
             res.busy += 1
+            res.unload_when_idle = False  # the latest request decides, as in Ollama
             self._cancel_timer(res)
             try:
                 await self._ready(res)

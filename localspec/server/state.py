@@ -46,6 +46,7 @@ class ServerState:
         self.started = time.time()
         self.active: set[Handle] = set()
         self.shutting_down = False
+        self._ready = False
         self._embedder: EmbeddingModel | None = None
         self._embedder_lock = threading.Lock()
 
@@ -92,11 +93,15 @@ class ServerState:
             return self._embedder
 
     def status(self) -> str:
-        """loading while the default model first loads, failed if that failed, else ready."""
+        """loading while the default model first loads, failed if that failed, else ready.
+
+        Once ready, the daemon stays ready: a model loading on demand later is in `loading`.
+        """
         default = self.default
-        if default is not None and default.load_s is None and default.engine.info.status != "ready":
-            return "failed" if default.engine.info.status == "failed" else "loading"
-        return "ready"
+        if self._ready or default is None or default.engine.info.status == "ready":
+            self._ready = True
+            return "ready"
+        return "failed" if default.engine.info.status == "failed" else "loading"
 
     def health(self) -> dict[str, Any]:
         status = self.status()
