@@ -373,6 +373,7 @@ async def test_switching_models_through_the_daemon_from_the_models_screen(
             options.highlighted = screen.names.index("tiny-useless-draft")
             await pilot.press("enter")
             await wait_until(pilot, lambda: app.model == "tiny-useless-draft")
+            assert "target tiny-useless-draft" in str(app.query_one("#stats-models").render())
             await type_and_send(pilot, "hello world")
             await wait_until(pilot, lambda: not app.generating and len(app.chat.messages) == 2)
             with d.client() as client:

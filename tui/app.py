@@ -298,6 +298,7 @@ class ChatApp(App[None]):
             k=self.k,
             memory=self.memory,
             health=self.health,
+            model=self.model,
         )
 
     # --- actions ------------------------------------------------------------------------
@@ -374,6 +375,7 @@ class ChatApp(App[None]):
         if name is None:
             return
         self.model = name
+        self._update_stats()
         self.notify(printable(f"this chat now talks to {name}; the daemon loads it on the next message"))
 
     def _switch_model(self, target: Path | None) -> None:

@@ -10,6 +10,7 @@ and when its keep_alive runs out.
 from __future__ import annotations
 
 import hashlib
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,7 +82,7 @@ def _running(state: ServerState, res: Resident) -> dict[str, Any] | None:
         # Ollama's size is what the model takes in memory, not the file: the plan's weights, KV, compute.
         "size": footprint.total,
         "size_vram": footprint.gpu if info.gpu_offload else 0,
-        "expires_at": NEVER if res.expires_at is None else _iso(res.expires_at),
+        "expires_at": _expiry(res),
         "context_length": info.n_ctx or res.loadout.config.load.n_ctx,
         # localspec's own: what loaded with it, and whether it is still loading.
         "draft": info.draft if info.draft_error is None else None,
@@ -91,6 +92,15 @@ def _running(state: ServerState, res: Resident) -> dict[str, Any] | None:
         "busy": res.busy,
         "load_seconds": None if res.load_s is None else round(res.load_s, 3),
     }
+
+
+def _expiry(res: Resident) -> str:
+    """When it unloads: set once idle; while busy, its keep_alive from now, as Ollama reports it."""
+    if res.expires_at is not None:
+        return _iso(res.expires_at)
+    if res.keep_alive is None and not res.unload_when_idle:
+        return NEVER
+    return _iso(time.time() + (0.0 if res.unload_when_idle else res.keep_alive or 0.0))
 
 
 async def ps(request: Request) -> Response:
