@@ -235,12 +235,15 @@ def test_requests_for_a_loading_model_wait_for_the_one_load(daemon: Daemon, http
     loads_before = daemon.log().count("loading gamma (")
     statuses: list[int] = []
 
-    def ask() -> None:
+    def ask(stream: bool) -> None:
+        # A stream's first byte comes once the model has loaded: its status is 200, not an error later.
         with daemon.http() as own:
-            body = {"model": "gamma", "prompt": "hello", "stream": False, "options": {"num_predict": 2}}
-            statuses.append(own.post("/api/generate", json=body).status_code)
+            body = {"model": "gamma", "prompt": "hello", "stream": stream, "options": {"num_predict": 2}}
+            response = own.post("/api/generate", json=body)
+            last = json.loads(response.text.strip().splitlines()[-1])
+            statuses.append(response.status_code if last.get("done") else -1)
 
-    threads = [threading.Thread(target=ask) for _ in range(3)]
+    threads = [threading.Thread(target=ask, args=(s,)) for s in (True, False, True)]
     for t in threads:
         t.start()
     for t in threads:

@@ -378,14 +378,6 @@ class ChatApp(App[None]):
         self._update_stats()
         self.notify(printable(f"this chat now talks to {name}; the daemon loads it on the next message"))
 
-    def _switch_model(self, target: Path | None) -> None:
-        """Restart a daemon this chat started with another target (the daemon serves every model anyway)."""
-        if target is None:
-            return
-        self.health = None
-        self.notify(f"restarting the daemon with {target.name}")
-        self.recover(target)
-
     def action_pick_draft(self) -> None:
         if self.health is None:
             self.notify(f"the daemon is not ready; {RECOVER_HINT}", severity="warning")
