@@ -107,6 +107,13 @@ class OverloadedError(LocalspecError):
     code = "overloaded"
 
 
+class ModelLoadError(LocalspecError):
+    """A model the request named could not be loaded; the daemon and its other models carry on."""
+
+    http_status = 500
+    code = "model_load_failed"
+
+
 class DaemonError(LocalspecError):
     """The daemon is unreachable, already running, or answered with an error."""
 

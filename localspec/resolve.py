@@ -79,6 +79,28 @@ def serve_config(
     return config, f"{_loads(config)} — pick-draft chose {chose} ({expected}): {choice.reason}"
 
 
+def model_serve_config(
+    settings: Settings, target: Path, pin: str | None, paths: Paths | None = None, *, default: bool = False
+) -> tuple[EngineConfig, str | None]:
+    """What serve loads for one of the models it serves on demand, and one line on its draft.
+
+    `pin` is the settings' draft for this model (a path, or "none" for no draft model); without
+    one, pick-draft's fast path chooses for `target` on this machine. --draft/LOCALSPEC_DRAFT
+    applies to the daemon's default model (`default`) only, before any pin: it was chosen for
+    that target.
+    """
+    paths = paths or Paths.from_env()
+    if default and "draft" in settings.model_fields_set:
+        return serve_config(settings, paths)  # --draft, LOCALSPEC_DRAFT or config.toml's draft
+    own = settings.model_copy(update={"target": target, "draft": None})
+    if pin is not None:
+        draft = None if pin.strip().lower() == "none" else Path(pin).expanduser()
+        config = _config(own, paths, target, draft)
+        return config, f"{_loads(config)} — pinned in the settings (drafts)"
+    own.model_fields_set.discard("draft")
+    return serve_config(own, paths)
+
+
 def _picked(
     settings: Settings, target: Path, *, vram: int | None, ram: int | None
 ) -> tuple[Settings, Choice]:

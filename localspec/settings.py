@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,7 +20,7 @@ from pydantic_settings import (
 )
 
 from localspec.atomicfile import write_text_atomic
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, LocalspecError
 from localspec.paths import Paths
 from localspec.types import Method
 
@@ -57,6 +57,44 @@ class Settings(BaseSettings):
     max_connections: int | None = Field(
         None, ge=8, description="Open connections per listener; default: a quarter of the open-file limit."
     )
+    keep_alive: str = Field(
+        "5m",
+        description="How long serve keeps a model loaded after its last request, as Ollama's keep_alive: "
+        "a duration (30s, 5m, 1h), 0 to unload at once, -1 to keep it until the daemon stops.",
+    )
+    max_resident: str | None = Field(
+        None,
+        description="Most memory the loaded models may take together (e.g. 12G); default: the memory "
+        "plan's budget for this machine (free RAM and GPU memory at start, reserves left aside).",
+    )
+    drafts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Drafts pinned per model for serve: model name (or file name) = draft GGUF path, "
+        'or "none" for no draft model; a model without a pin gets pick-draft\'s choice.',
+    )
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _keep_alive(cls, value: str) -> str:
+        from localspec.keepalive import parse_keep_alive
+
+        try:
+            parse_keep_alive(value)
+        except LocalspecError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+    @field_validator("max_resident")
+    @classmethod
+    def _max_resident(cls, value: str | None) -> str | None:
+        from localspec.pickdraft.devices import parse_size
+
+        try:
+            if value is not None:
+                parse_size(value)
+        except LocalspecError as exc:
+            raise ValueError(exc.message) from None
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -41,7 +41,15 @@ def daemon_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCALSPEC_") or k == "LOCALSPEC_MODELS"}
     # One thread: on a shared CI machine llama.cpp's threads wait on each other's time slices, and a
     # tiny model's decode goes from 0.3 ms to tens of milliseconds.
-    return {**env, "LOCALSPEC_HOME": str(home), "LOCALSPEC_THREADS": "1", **(extra or {})}
+    # The daemon serves every model discovery finds: the models folder only, not this machine's
+    # Hugging Face cache, LM Studio folders or Ollama store, so listings are the same everywhere.
+    elsewhere = {
+        "HOME": str(home / "user"),
+        "HF_HUB_CACHE": str(home / "user" / "hf"),
+        "OLLAMA_MODELS": str(home / "user" / "ollama"),
+    }
+    base = {**env, **elsewhere, "LOCALSPEC_HOME": str(home), "LOCALSPEC_THREADS": "1"}
+    return {**base, **(extra or {})}
 
 
 def serve_command(*args: str) -> list[str]:

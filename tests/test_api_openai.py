@@ -57,8 +57,11 @@ def _extra(obj: Any, name: str) -> Any:
     return extra[name]
 
 
-def test_models_lists_the_target(uds_openai: openai.OpenAI) -> None:
-    assert [m.id for m in uds_openai.models.list()] == ["tiny-target"]
+def test_models_lists_the_target(uds_openai: openai.OpenAI, models_dir: Path) -> None:
+    # The daemon's own model first, then what discovery finds in the models folder.
+    ids = [m.id for m in uds_openai.models.list()]
+    assert ids[0] == "tiny-target"
+    assert sorted(ids[1:]) == sorted(p.stem for p in models_dir.glob("*.gguf"))
 
 
 def test_chat_completion_with_usage_and_stats(uds_openai: openai.OpenAI) -> None:
@@ -206,7 +209,7 @@ def test_routes_without_v1_as_llama_server_serves_them(daemon: Daemon) -> None:
     http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
     client = openai.OpenAI(base_url="http://localhost", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
     with client:
-        assert [m.id for m in client.models.list()] == ["tiny-target"]
+        assert next(m.id for m in client.models.list()) == "tiny-target"
         chat = client.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=8, temperature=0)
         text = client.completions.create(model="tiny-target", prompt="the model", max_tokens=8, temperature=0)
         with_v1 = http.post(

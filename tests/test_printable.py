@@ -98,6 +98,6 @@ def test_the_tui_shows_names_escaped() -> None:
             "methods": [],
         }
     )
-    text = served_text(health, None, can_switch=True)
+    text = served_text(health, None, current=None)
     assert ESC not in text and "bad\\x1b[2J" in text
     assert text.count("\n") >= 3  # lines stay lines

@@ -351,30 +351,36 @@ async def test_a_model_that_fails_to_load_is_a_notice_not_a_crash(tmp_path: Path
         app.connection.close()
 
 
-async def test_models_screen_and_switching_the_target_of_a_chat_daemon(
-    tiny_target: Path, tiny_perfect_draft: Path, store: ChatStore
+async def test_switching_models_through_the_daemon_from_the_models_screen(
+    tmp_path: Path, tiny_dir: Path, tiny_target: Path, tiny_useless_draft: Path, store: ChatStore
 ) -> None:
-    settings = load_settings(target=tiny_target, threads=1, n_ctx=512)
-    session = SessionDaemon(settings)
-    session.start()
-    app = make_app(settings, Client(socket_path=session.socket_path), session=session, store=store)
+    """The daemon serves every model in its folder: the chat picks another, and the daemon loads it."""
+    d = start_daemon(tmp_path / "home", tiny_target, env={"LOCALSPEC_MODELS": str(tiny_dir)})
+    app = make_app(load_settings(), d.client(), store=store, max_tokens=8)
     try:
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot, app)
-            assert app.health is not None and app.health.model == "tiny-target"
+            assert "tiny-useless-draft" in app.served  # the palette offers "Model: tiny-useless-draft"
             app.action_models()
             await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen) and app.screen.is_mounted)
-            await pilot.pause()
-            served = str(app.screen.query_one("#models-served", Static).render())
-            assert "serving: tiny-target" in served and "Enter restarts" in served
-            note = app.screen.query_one("#models-note", Static)
-            await wait_until(pilot, lambda: "looking" not in str(note.render()))
-            await pilot.press("escape")
-            app._switch_model(tiny_perfect_draft)
-            await wait_until(pilot, lambda: app.health is not None, 60)
-            assert app.health is not None and app.health.model == "tiny-perfect-draft"
+            screen = app.screen
+            assert isinstance(screen, ModelsScreen)
+            served = str(screen.query_one("#models-served", Static).render())
+            assert "daemon's default: tiny-target" in served and "this chat: tiny-target" in served
+            options = screen.query_one("#models-list", OptionList)
+            await wait_until(pilot, lambda: options.option_count > 0)
+            assert "▶ tiny-target" in str(options.get_option_at_index(0).prompt)
+            options.highlighted = screen.names.index("tiny-useless-draft")
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.model == "tiny-useless-draft")
+            assert "target tiny-useless-draft" in str(app.query_one("#stats-models").render())
+            await type_and_send(pilot, "hello world")
+            await wait_until(pilot, lambda: not app.generating and len(app.chat.messages) == 2)
+            with d.client() as client:
+                assert "tiny-useless-draft" in [m.name for m in client.loaded()]
     finally:
         app.connection.close()
+        assert d.stop() == 0, d.log()
 
 
 async def test_the_models_screen_shows_brackets_in_paths_as_written(
@@ -385,13 +391,16 @@ async def test_the_models_screen_shows_brackets_in_paths_as_written(
 
     class Host(App[None]):
         def on_mount(self) -> None:
-            self.push_screen(ModelsScreen(None, odd, can_switch=False))
+            self.push_screen(ModelsScreen(None, odd, None, None))
 
     app = Host()
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ModelsScreen) and app.screen.is_mounted)
-        served = str(app.screen.query_one("#models-served", Static).render())
+        screen = app.screen
+        assert isinstance(screen, ModelsScreen)
+        served = str(screen.query_one("#models-served", Static).render())
         assert f"saved draft choice (pick-draft): {odd}" in served
-        options = app.screen.query_one("#models-list", OptionList)
+        screen._show([odd.stem], {})  # as the daemon would list a model found at that path
+        options = screen.query_one("#models-list", OptionList)
         await wait_until(pilot, lambda: options.option_count > 0)
         assert "[bold]odd[italic]" in str(options.get_option_at_index(0).prompt)

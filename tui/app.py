@@ -19,7 +19,7 @@ from textual.binding import BindingType
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
-from localspec.client import Client, Health
+from localspec.client import DEFAULT_MODEL, Client, Health
 from localspec.errors import DaemonError, LocalspecError
 from localspec.paths import Paths
 from localspec.printable import printable
@@ -82,6 +82,8 @@ class ChatApp(App[None]):
         self._reply_ids = 0
         self._memory_at = 0.0
         self._resend_when_ready = False
+        self.model: str | None = None  # the daemon's model this chat talks to; None: its default
+        self.served: list[str] = []  # the daemon's models, for the palette (read when it is ready)
 
     # --- layout and start ---------------------------------------------------------------
 
@@ -137,7 +139,14 @@ class ChatApp(App[None]):
             self.post_message(DaemonLost(exc))
             return
         if health is not None:
-            self.post_message(DaemonReady(health))
+            self.post_message(DaemonReady(health, self._served()))
+
+    def _served(self) -> tuple[str, ...]:
+        """The daemon's models, for the palette; none where it cannot list them (an older daemon)."""
+        try:
+            return tuple(self.connection.client.models())
+        except LocalspecError:
+            return ()
 
     @work(thread=True, exclusive=True, group="connect")
     def recover(self, target: Path | None = None) -> None:
@@ -159,6 +168,7 @@ class ChatApp(App[None]):
     def on_daemon_ready(self, message: DaemonReady) -> None:
         first = self.health is None and self.last_live is None
         self.health = message.health
+        self.served = list(message.served)
         if first and self.connection.session is None:
             # A shared daemon: its own defaults, unless the user gave a method or k on the command line.
             self.method = self.settings.method if "method" in self.settings.model_fields_set else "auto"
@@ -216,6 +226,7 @@ class ChatApp(App[None]):
         # This thread touches only the reply's buffer and abort, both thread-safe.
         worker = get_current_worker()
         client = self.connection.client
+        client.model = self.model or DEFAULT_MODEL
         events = client.chat_stream(messages, max_tokens=self.max_tokens, speculative=spec, abort=reply.abort)
         read_stream(events, reply.id, reply.buffer, self.post_message, lambda: worker.is_cancelled)
 
@@ -287,6 +298,7 @@ class ChatApp(App[None]):
             k=self.k,
             memory=self.memory,
             health=self.health,
+            model=self.model,
         )
 
     # --- actions ------------------------------------------------------------------------
@@ -355,15 +367,16 @@ class ChatApp(App[None]):
         self.push_screen(HelpScreen(help_rows()))
 
     def action_models(self) -> None:
-        screen = ModelsScreen(self.health, self.settings.draft, self.connection.started_here)
-        self.push_screen(screen, self._switch_model)
+        screen = ModelsScreen(self.health, self.settings.draft, self.connection.client, self.model)
+        self.push_screen(screen, self.use_model)
 
-    def _switch_model(self, target: Path | None) -> None:
-        if target is None:
+    def use_model(self, name: str | None) -> None:
+        """Talk to another of the daemon's models from the next message on; the daemon loads it."""
+        if name is None:
             return
-        self.health = None
-        self.notify(f"restarting the daemon with {target.name}")
-        self.recover(target)
+        self.model = name
+        self._update_stats()
+        self.notify(printable(f"this chat now talks to {name}; the daemon loads it on the next message"))
 
     def action_pick_draft(self) -> None:
         if self.health is None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from localspec.printable import printable
 from localspec.types import METHODS
 
 if TYPE_CHECKING:
@@ -36,6 +37,14 @@ class ChatCommands(Provider):
             note = "" if method in ("auto", "none") or method in available else " (not loaded on this daemon)"
             out.append((f"Method: {method}", partial(app.set_method, method), METHOD_HELP[method] + note))
         out += [(f"k = {k}", partial(app.set_k, k), f"draft at most {k} tokens per step") for k in K_CHOICES]
+        out += [
+            (
+                printable(f"Model: {name}"),
+                partial(app.use_model, name),
+                "talk to this model (the daemon loads it)",
+            )
+            for name in app.served
+        ]
         out += [
             ("Models: show or switch", app.action_models, "served target and draft, models on this machine"),
             ("Show pick-draft choice", app.action_pick_draft, "what pick-draft recommends here, and why"),

@@ -44,6 +44,7 @@ class DaemonStatus(Message):
 @dataclass
 class DaemonReady(Message):
     health: Health
+    served: tuple[str, ...] = ()  # every model the daemon serves, for the palette
 
 
 @dataclass

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,7 @@ from localspec.printable import printable
 from localspec.types import METHODS
 
 if TYPE_CHECKING:
-    from localspec.client import Health
+    from localspec.client import Health, LoadedModel
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -146,6 +148,39 @@ def status_command(socket_path: Path | None, as_json: bool) -> None:
         return
     for line in _status_lines(Health.from_dict(raw), pid, path):
         click.echo(printable(line))  # model names and errors come from GGUF files
+
+
+def _ps_lines(models: list[LoadedModel], now: datetime) -> list[str]:
+    rows = [("NAME", "SIZE", "DRAFT", "STATUS", "UNTIL")]
+    for m in models:
+        until = "stopped" if m.kept else _until(m.expires_at, now)
+        status = f"{m.status}, {m.busy} busy" if m.busy else m.status
+        rows.append((m.name, f"{m.size / (1 << 20):.0f} MiB", m.draft or "none", status, until))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]) for row in rows]
+
+
+def _until(expires_at: str, now: datetime) -> str:
+    if not expires_at:
+        return "idle soon"
+    left = (datetime.fromisoformat(expires_at.replace("Z", "+00:00")) - now).total_seconds()
+    return f"{_uptime(max(0.0, left))} from now"
+
+
+@cli.command("ps")
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), help="Unix socket path.")
+@click.option("--json", "as_json", is_flag=True, help="Print /api/ps as JSON.")
+def ps_command(socket_path: Path | None, as_json: bool) -> None:
+    """List the models the daemon has loaded: memory by the plan, draft, and until when."""
+    from localspec.client import Client
+
+    with Client(socket_path=_socket_for(socket_path)) as client:
+        models = client.loaded()
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(m) for m in models], indent=2))
+        return
+    for line in _ps_lines(models, datetime.now(UTC)):
+        click.echo(printable(line))  # model names come from file names and GGUF headers
 
 
 def _wait_for_pid(pid_file: Path) -> int | None:

@@ -1,6 +1,7 @@
 """The Python client of the daemon's API, as the TUI and `generate --remote` use it."""
 
-from localspec.client.http import Client, EventStream, Health, StreamEvent
+from localspec.client.http import DEFAULT_MODEL, Client, EventStream, Health, StreamEvent
+from localspec.client.loaded import LoadedModel
 from localspec.client.streamabort import StreamAbort
 
-__all__ = ["Client", "EventStream", "Health", "StreamAbort", "StreamEvent"]
+__all__ = ["DEFAULT_MODEL", "Client", "EventStream", "Health", "LoadedModel", "StreamAbort", "StreamEvent"]

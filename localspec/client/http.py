@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from localspec.client.loaded import LoadedModel
 from localspec.client.streamabort import StreamAbort
 from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError, OverloadedError, UserInputError
 from localspec.types import (
@@ -186,9 +187,16 @@ class Client:
             time.sleep(interval)
 
     def models(self) -> list[str]:
+        """Every model the daemon serves (each loads on its first request), its default first."""
         response = self._request("GET", "/v1/models")
         _raise_for_error(response)
         return [m["id"] for m in response.json()["data"]]
+
+    def loaded(self) -> list[LoadedModel]:
+        """The models the daemon has loaded now (`/api/ps`), with their memory, draft and expiry."""
+        response = self._request("GET", "/api/ps")
+        _raise_for_error(response)
+        return [LoadedModel.from_ps(m) for m in response.json()["models"]]
 
     def metrics(self) -> str:
         response = self._request("GET", "/metrics")

@@ -23,7 +23,7 @@ from localspec.errors import LocalspecError
 from localspec.server.responses import anthropic_error_body, json_bytes
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody, messages_request
-from localspec.server.state import ServerState, server_state
+from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.types import GenerationRequest, GenerationResult, TokenChunk, ToolCall
 
@@ -150,17 +150,22 @@ class AnthropicFormat:
         return self._message(text + tool_use_blocks(result.tool_calls), result)
 
 
-def _model(state: ServerState, name: str) -> str:
+def _requested(name: str) -> str | None:
+    """Claude's model names mean the daemon's default model; any other names a served one."""
+    return None if name.startswith("claude-") else name
+
+
+def _model(state: ModelState, name: str) -> str:
     return state.model_name if name.startswith("claude-") else state.resolve_model(name)
 
 
-async def _count(state: ServerState, greq: GenerationRequest) -> int:
+async def _count(state: ModelState, greq: GenerationRequest) -> int:
     return await anyio.to_thread.run_sync(state.engine.count_prompt_tokens, greq)
 
 
 async def messages(request: Request) -> Response:
-    state = server_state(request)
     body = parse_body(await request.body(), MessagesBody)
+    state = await server_state(request).use(request, _requested(body.model))
     model = _model(state, body.model)
     greq = messages_request(body, state.spec_default)
     fmt = AnthropicFormat(model, await _count(state, greq))
@@ -168,8 +173,8 @@ async def messages(request: Request) -> Response:
 
 
 async def count_tokens(request: Request) -> Response:
-    state = server_state(request)
     body = parse_body(await request.body(), CountTokensBody)
+    state = await server_state(request).use(request, _requested(body.model))
     _model(state, body.model)
     return JSONResponse({"input_tokens": await _count(state, body.request())})
 

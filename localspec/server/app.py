@@ -1,6 +1,6 @@
 """The daemon's HTTP API as an ASGI app: OpenAI's, Ollama's, Anthropic's, llama-server's and its own routes.
 
-`make_app(engine, config)` builds it around an engine it does not own; the
+`make_app(catalog, pool, config)` builds it around a pool of engines it does not own; the
 daemon runs it under uvicorn, tests may too. Every error leaves as the
 LocalspecError type's status and its API's shape: OpenAI's `{"error": {...}}`,
 Ollama's `{"error": "..."}` under /api/, Anthropic's under /v1/messages.
@@ -19,7 +19,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localspec import __version__
-from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError
 from localspec.server import (
     anthropic,
@@ -31,8 +30,10 @@ from localspec.server import (
     openai,
     responses_api,
 )
+from localspec.server.catalog import ModelCatalog
 from localspec.server.config import ApiConfig
 from localspec.server.openapi import openapi_schema
+from localspec.server.pool import ModelPool
 from localspec.server.responses import Api, error_response
 from localspec.server.security import SecurityMiddleware, SecurityPolicy
 from localspec.server.state import ServerState, server_state
@@ -53,9 +54,7 @@ async def health(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     state = server_state(request)
     text = state.metrics.render(
-        queue_depth=state.engine.queue_depth,
-        in_flight=len(state.active),
-        ready=state.engine.info.status == "ready",
+        queue_depth=state.queue_depth(), in_flight=len(state.active), ready=state.status() == "ready"
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
@@ -107,7 +106,7 @@ async def _on_crash(request: Request, exc: Exception) -> Response:
 
 
 class CountRequests:
-    """Counts each response by route and status for /metrics."""
+    """Counts each response by route and status for /metrics; releases its models once it has ended."""
 
     def __init__(self, app: ASGIApp, state: ServerState) -> None:
         self.app = app
@@ -124,7 +123,10 @@ class CountRequests:
                 self.state.metrics.request(path, int(message["status"]))
             await send(message)
 
-        await self.app(scope, receive, counting_send)
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.state.release(scope)  # the models it used may start their keep_alive
 
 
 ROUTES = [
@@ -143,10 +145,10 @@ ROUTES = [
 ]
 
 
-def make_app(engine: Engine, config: ApiConfig | None = None) -> Starlette:
-    """The ASGI app serving `engine`; `app.state.localspec` holds the ServerState."""
+def make_app(catalog: ModelCatalog, pool: ModelPool, config: ApiConfig | None = None) -> Starlette:
+    """The ASGI app serving the catalog's models from `pool`; `app.state.localspec` holds the ServerState."""
     config = config or ApiConfig()
-    state = ServerState(engine, config)
+    state = ServerState(catalog, pool, config)
     policy = SecurityPolicy(token=config.token, max_body_bytes=config.max_body_bytes)
     app = Starlette(
         routes=ROUTES,

@@ -22,3 +22,5 @@ class ApiConfig:
     alias: str = MODEL_ALIAS
     pick: str | None = None  # what pick-draft chose for the daemon and why (/health)
     embed_model: Path | None = None  # the embedding GGUF the embeddings routes load on first use
+    n_threads: int | None = None  # CPU threads for the embedding model
+    n_ctx: int = 4096  # the context models load with, reported for models not loaded yet

@@ -19,6 +19,7 @@ import signal
 import socket
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +32,13 @@ from localspec.engine.worker import Engine, ProgressFn
 from localspec.errors import ConfigError, DaemonError, LocalspecError
 from localspec.paths import Paths
 from localspec.process.pidfile import PidLock, pid_file_for
-from localspec.resolve import serve_config
+from localspec.resolve import model_serve_config, target_path
 from localspec.server.app import make_app
 from localspec.server.config import ApiConfig
 from localspec.server.connections import KERNEL_BACKLOG, ConnectionPolicy, guarded_protocol
+from localspec.server.pool import Resident
 from localspec.server.security import DEFAULT_MAX_BODY_BYTES
+from localspec.server.serving import ServeOptions, build
 from localspec.server.state import ServerState
 from localspec.settings import Settings
 
@@ -59,6 +62,7 @@ class DaemonConfig:
     pick: str | None = None  # what pick-draft chose and why; None when the person gave the draft
     embed_model: Path | None = None
     connections: ConnectionPolicy = field(default_factory=ConnectionPolicy)
+    serve: ServeOptions = field(default_factory=ServeOptions)
 
     @property
     def pid_file(self) -> Path:
@@ -97,7 +101,10 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
             f"--tcp {tcp[0]} is reachable from other machines; set a token (--token or LOCALSPEC_TOKEN) "
             "or listen on 127.0.0.1"
         )
-    engine, pick = serve_config(settings, paths)
+    serve = ServeOptions.from_settings(settings)
+    target = target_path(settings, paths)
+    pin = serve.pins.get(target.stem, serve.pins.get(target.name))
+    engine, pick = model_serve_config(settings, target, pin, paths, default=True)
     return DaemonConfig(
         engine=engine,
         socket_path=settings.socket or paths.socket_path,
@@ -110,6 +117,7 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
         connections=ConnectionPolicy(
             settings.header_timeout, settings.body_timeout, max_per_listener=settings.max_connections
         ),
+        serve=serve,
     )
 
 
@@ -209,13 +217,15 @@ def _progress_logger() -> ProgressFn:
     return report
 
 
-def _watch_loading(engine: Engine, server: _Server, where: str) -> None:
+def _watch_loading(default: Resident, server: _Server, where: str) -> None:
+    started = time.monotonic()
     try:
-        info = engine.wait_ready()
+        info = default.engine.wait_ready()
     except LocalspecError as exc:
         log.error("loading failed: %s", exc.message)
         server.should_exit = True
         return
+    default.load_s = time.monotonic() - started
     draft = info.draft if info.draft_error is None else f"none ({info.draft_error})"
     log.info("ready: %s, draft %s, context %d, on %s", info.target, draft, info.n_ctx, where)
 
@@ -241,18 +251,25 @@ def _where(config: DaemonConfig, tcp: socket.socket | None) -> str:
     return where
 
 
+def _make_engine(config: EngineConfig) -> Engine:
+    return Engine(config, progress=_progress_logger())
+
+
 def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> None:
     if config.pick is not None:
         log.info("%s", config.pick)
-    engine = Engine(config.engine, progress=_progress_logger())
+    api = ApiConfig(
+        token=config.token,
+        max_body_bytes=config.max_body_bytes,
+        pick=config.pick,
+        embed_model=config.embed_model,
+        n_threads=config.engine.load.n_threads,
+        n_ctx=config.engine.load.n_ctx,
+    )
+    served = build(config.engine, config.pick, config.serve, _make_engine, api.alias)
+    engine = served.default.engine
     try:
-        api = ApiConfig(
-            token=config.token,
-            max_body_bytes=config.max_body_bytes,
-            pick=config.pick,
-            embed_model=config.embed_model,
-        )
-        app = make_app(engine, api)
+        app = make_app(served.catalog, served.pool, api)
         uv_config = uvicorn.Config(
             app,
             lifespan="off",
@@ -266,15 +283,17 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
             backlog=config.connections.accept_batch,  # see connections.py: asyncio's accept batch
         )
         server = _Server(uv_config, app.state.localspec)
-        threading.Thread(target=_watch_loading, args=(engine, server, where), daemon=True).start()
+        threading.Thread(target=_watch_loading, args=(served.default, server, where), daemon=True).start()
         log.info(
             "localspec daemon pid %d listening on %s; loading %s", os.getpid(), where, engine.info.target
         )
         with _quiet_signals():
             server.run(sockets=sockets)
     finally:
-        engine.close()
-    if engine.info.error is not None:
+        served.pool.close()
+        if engine.info.status != "closed":  # not evicted and closed already
+            engine.close()
+    if engine.info.error is not None and served.default.load_s is None:
         raise DaemonError(f"the daemon stopped: {engine.info.error}")
 
 

@@ -26,7 +26,7 @@ from localspec.server.schemas_llamaserver import (
     infill_request,
     pick_fields,
 )
-from localspec.server.state import ServerState, server_state
+from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.types import GenerationResult, TokenChunk
 
@@ -96,7 +96,7 @@ def _stop_type(result: GenerationResult) -> str:
     return "word" if result.stop_string is not None else "eos"
 
 
-def _check_fim(state: ServerState) -> None:
+def _check_fim(state: ModelState) -> None:
     if not state.gguf_info().has_fim:
         raise UserInputError(
             f"{state.model_name} has no fill-in-the-middle tokens, so /infill cannot run; "
@@ -106,9 +106,9 @@ def _check_fim(state: ServerState) -> None:
 
 
 async def infill(request: Request) -> Response:
-    state = server_state(request)
     body = parse_body(await request.body(), InfillBody)
-    model = state.resolve_model(body.model) if body.model else state.model_name
+    state = await server_state(request).use(request, body.model or None)
+    model = state.model_name
     await anyio.to_thread.run_sync(_check_fim, state)
     greq = infill_request(body, state.spec_default, state.unlimited)
     fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
@@ -116,9 +116,9 @@ async def infill(request: Request) -> Response:
 
 
 async def completion(request: Request) -> Response:
-    state = server_state(request)
     body = parse_body(await request.body(), NativeCompletionBody)
-    model = state.resolve_model(body.model) if body.model else state.model_name
+    state = await server_state(request).use(request, body.model or None)
+    model = state.model_name
     greq = completion_request(body, state.spec_default, state.unlimited)
     fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
     return await respond(await state.start(request, greq), body.stream, fmt)

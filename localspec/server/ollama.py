@@ -9,11 +9,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec.errors import LocalspecError
+from localspec.keepalive import parse_keep_alive
+from localspec.server.pool import DEFAULT
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import (
     OllamaChatBody,
@@ -22,7 +25,7 @@ from localspec.server.schemas import (
     ollama_generate_request,
     parse_body,
 )
-from localspec.server.state import ServerState
+from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import ollama_tool_calls
 from localspec.types import GenerationResult, GenerationStats, TokenChunk
@@ -99,9 +102,30 @@ def _loaded(model: str, text: dict[str, Any]) -> dict[str, Any]:
     return {"model": model, "created_at": _now(), **text, "done": True, "done_reason": "load"}
 
 
+async def _use(request: Request, body: OllamaChatBody | OllamaGenerateBody, empty: bool) -> ModelState | str:
+    """The model for this request, loaded; or, for an empty one with keep_alive 0, its name once unloaded.
+
+    An empty prompt or chat is Ollama's way to load a model (and, with keep_alive 0, to unload it).
+    """
+    server = server_state(request)
+    keep_alive = DEFAULT if body.keep_alive is None else parse_keep_alive(body.keep_alive)
+    if empty and keep_alive == 0:
+        model = await anyio.to_thread.run_sync(server.catalog.resolve, body.model)
+        await server.pool.unload(model.name)
+        return model.name
+    return await server.use(request, body.model, keep_alive)
+
+
+def _unloaded(model: str, text: dict[str, Any]) -> dict[str, Any]:
+    """Ollama's answer to an empty request with keep_alive 0: the model is unloaded."""
+    return {"model": model, "created_at": _now(), **text, "done": True, "done_reason": "unload"}
+
+
 async def chat(request: Request) -> Response:
-    state: ServerState = request.app.state.localspec
     body = parse_body(await request.body(), OllamaChatBody)
+    state = await _use(request, body, not body.messages)
+    if isinstance(state, str):
+        return JSONResponse(_unloaded(state, {"message": {"role": "assistant", "content": ""}}))
     model = state.resolve_model(body.model)
     if not body.messages:
         return JSONResponse(_loaded(model, {"message": {"role": "assistant", "content": ""}}))
@@ -110,8 +134,10 @@ async def chat(request: Request) -> Response:
 
 
 async def generate(request: Request) -> Response:
-    state: ServerState = request.app.state.localspec
     body = parse_body(await request.body(), OllamaGenerateBody)
+    state = await _use(request, body, not body.prompt and not body.suffix)
+    if isinstance(state, str):
+        return JSONResponse(_unloaded(state, {"response": ""}))
     model = state.resolve_model(body.model)
     if not body.prompt and not body.suffix:
         return JSONResponse(_loaded(model, {"response": ""}))

@@ -99,7 +99,7 @@ async def pull(request: Request) -> Response:
         raise UserInputError("model is required", param="model")
     if "/" not in name:
         try:
-            state.resolve_model(name)
+            await anyio.to_thread.run_sync(state.catalog.resolve, name)
         except ModelNotFoundError:
             raise UserInputError(
                 f"{name!r} is an Ollama library name; localspec pulls GGUFs from Hugging Face: "

@@ -10,11 +10,13 @@ import time
 import uuid
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec.errors import LocalspecError
+from localspec.server.catalog import ServedModel
 from localspec.server.responses import finish_reason, json_bytes, openai_error_body, stats_fields
 from localspec.server.schemas import (
     ChatCompletionBody,
@@ -112,8 +114,8 @@ def _usage(result: GenerationResult) -> dict[str, int]:
 
 
 async def chat_completions(request: Request) -> Response:
-    state = server_state(request)
     body = parse_body(await request.body(), ChatCompletionBody)
+    state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = chat_request(body, state.spec_default, state.unlimited)
     fmt = OpenAIFormat(model, chat=True, include_usage=body.include_usage())
@@ -121,31 +123,32 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def completions(request: Request) -> Response:
-    state = server_state(request)
     body = parse_body(await request.body(), CompletionBody)
+    state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = completion_request(body, state.spec_default, state.unlimited)
     fmt = OpenAIFormat(model, chat=False, include_usage=body.include_usage())
     return await respond(await state.start(request, greq), body.stream, fmt)
 
 
+def _model_entry(model: ServedModel) -> dict[str, Any]:
+    try:
+        created = int(model.path.stat().st_mtime)
+    except OSError:
+        created = 0
+    return {"id": model.name, "object": "model", "created": created, "owned_by": "localspec"}
+
+
 async def list_models(request: Request) -> Response:
-    state = server_state(request)
-    entry = {
-        "id": state.model_name,
-        "object": "model",
-        "created": int(state.started),
-        "owned_by": "localspec",
-    }
-    return JSONResponse({"object": "list", "data": [entry]})
+    """Every model the daemon serves (each loads on its first request), the default first."""
+    models = await anyio.to_thread.run_sync(server_state(request).catalog.models)
+    return JSONResponse({"object": "list", "data": [_model_entry(m) for m in models]})
 
 
 async def get_model(request: Request) -> Response:
-    state = server_state(request)
-    name = state.resolve_model(request.path_params["model"])
-    return JSONResponse(
-        {"id": name, "object": "model", "created": int(state.started), "owned_by": "localspec"}
-    )
+    catalog = server_state(request).catalog
+    model = await anyio.to_thread.run_sync(catalog.resolve, request.path_params["model"])
+    return JSONResponse(_model_entry(model))
 
 
 _ROUTES = [

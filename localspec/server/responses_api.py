@@ -204,8 +204,8 @@ def _usage(result: GenerationResult) -> dict[str, Any]:
 
 
 async def create(request: Request) -> Response:
-    state = server_state(request)
     body = parse_body(await request.body(), ResponsesBody)
+    state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = responses_request(body, state.spec_default, state.unlimited)
     return await respond(await state.start(request, greq), body.stream, ResponsesFormat(model, body))

@@ -1,8 +1,8 @@
 """Between the blocking engine and the async routes: the state every route shares, and runs.
 
-The engine's worker thread delivers each request's events to its Handle, whose
-`next_event()` blocks. One small pump thread per request moves those events
-onto the event loop with `call_soon_threadsafe` (tens of microseconds a token),
+Each loaded model's engine (server.pool) has a worker thread that delivers each
+request's events to its Handle, whose `next_event()` blocks. One small pump thread
+per request moves those events onto the event loop with `call_soon_threadsafe` (tens of microseconds a token),
 so the loop never waits on the engine. A run also watches its connection: when
 the client goes away, the handle is cancelled and the engine stops that
 generation within one step.
@@ -16,63 +16,66 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
+from starlette.types import Scope
 
 from localspec import __version__
-from localspec.engine.worker import Engine, Event, Handle
-from localspec.errors import DaemonError, LocalspecError, ModelNotFoundError
+from localspec.engine.worker import Event, Handle
+from localspec.errors import DaemonError, LocalspecError
 from localspec.models.gguf_info import GGUFInfo
+from localspec.server.catalog import ModelCatalog
 from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
-from localspec.server.ollama_info import names_model
+from localspec.server.pool import DEFAULT, ModelPool, Resident
 from localspec.types import GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
 if TYPE_CHECKING:
     from localspec.engine.embedding import EmbeddingModel
 
+# Where a request's scope keeps the models it uses, released when its response ends (app.CountRequests).
+LEASES = "localspec.leases"
+
 
 class ServerState:
-    """What every route shares: the engine, request defaults, metrics and the runs in flight."""
+    """What every route shares: the served models and their pool, request defaults, metrics, runs."""
 
-    def __init__(self, engine: Engine, config: ApiConfig) -> None:
-        self.engine = engine
+    def __init__(self, catalog: ModelCatalog, pool: ModelPool, config: ApiConfig) -> None:
+        self.catalog = catalog
+        self.pool = pool
         self.config = config
         self.metrics = Metrics()
         self.started = time.time()
-        self.spec_default = SpecParams(method=engine.config.method, k=engine.config.k)
         self.active: set[Handle] = set()
         self.shutting_down = False
-        self._gguf_info: GGUFInfo | None = None
+        self._ready = False
         self._embedder: EmbeddingModel | None = None
         self._embedder_lock = threading.Lock()
 
     @property
     def model_name(self) -> str:
-        return self.engine.config.target.stem
+        """The default model's name: the one the daemon was started with."""
+        return self.catalog.default.name
 
     @property
-    def unlimited(self) -> int:
-        """max_tokens for "until the context is full": the engine stops at the context's end."""
-        return max(1, self.engine.info.n_ctx or self.engine.config.load.n_ctx)
+    def default(self) -> Resident | None:
+        return self.pool.resident.get(self.catalog.default.name)
 
-    def resolve_model(self, name: str) -> str:
-        """The served model's name for a requested one. Names are compared, never opened as paths."""
-        base = name.removesuffix(":latest")
-        if base in (self.model_name, self.engine.config.target.name, self.config.alias):
-            return self.model_name
-        # An Ollama-style `family:tag` (qwen2.5-coder:1.5b), matched against the GGUF's own metadata.
-        if ":" in name and names_model(self.gguf_info(), name):
-            return self.model_name
-        served = f"{self.model_name!r} (alias {self.config.alias!r})"
-        raise ModelNotFoundError(f"model {name!r} is not loaded; this daemon serves {served}", param="model")
+    async def use(self, request: Request, name: str | None, keep_alive: object = DEFAULT) -> ModelState:
+        """The named model (the default for None), loaded if need be, busy until the response ends.
 
-    def gguf_info(self) -> GGUFInfo:
-        """The target's header, read once (blocking: call it off the event loop)."""
-        if self._gguf_info is None:
-            from localspec.models.gguf_info import read_gguf_info
-            from localspec.paths import Paths
+        A name the daemon does not serve is ModelNotFoundError; a load that fails is this
+        request's ModelLoadError. `keep_alive` (seconds, None: forever) applies once it ends.
+        """
+        if self.shutting_down:
+            raise DaemonError("the daemon is shutting down; retry once it is back")
+        model = await asyncio.to_thread(self.catalog.resolve, name)
+        res = await self.pool.acquire(model)
+        request.scope.setdefault(LEASES, []).append((res, keep_alive))
+        return ModelState(self, res)
 
-            self._gguf_info = read_gguf_info(self.engine.config.target, cache_dir=Paths.from_env().cache_dir)
-        return self._gguf_info
+    def release(self, scope: Scope) -> None:
+        """The response has ended: its models' keep_alive may start."""
+        for res, keep_alive in scope.pop(LEASES, ()):
+            self.pool.release(res, keep_alive)
 
     def embedder(self) -> EmbeddingModel | None:
         """The embedding model (--embed-model), loaded on first use; None when none is configured.
@@ -86,22 +89,110 @@ class ServerState:
             if self._embedder is None:
                 from localspec.engine.embedding import EmbeddingModel
 
-                self._embedder = EmbeddingModel(path, n_threads=self.engine.config.load.n_threads)
+                self._embedder = EmbeddingModel(path, n_threads=self.config.n_threads)
             return self._embedder
+
+    def status(self) -> str:
+        """loading while the default model first loads, failed if that failed, else ready.
+
+        Once ready, the daemon stays ready: a model loading on demand later is in `loading`.
+        """
+        default = self.default
+        if self._ready or default is None or default.engine.info.status == "ready":
+            self._ready = True
+            return "ready"
+        return "failed" if default.engine.info.status == "failed" else "loading"
+
+    def health(self) -> dict[str, Any]:
+        status = self.status()
+        body: dict[str, Any] = {"status": status, "version": __version__}
+        default = self.default
+        if status == "failed" and default is not None:
+            body["error"] = default.engine.info.error
+        if status != "ready":
+            return body | {"loading": self.pool.loading or self.model_name}
+        body |= {"model": self.model_name, "loading": self.pool.loading, "models": self.loaded()}
+        if default is None or default.engine.info.status != "ready":
+            return body | {"in_flight": len(self.active), "uptime_s": round(time.time() - self.started, 3)}
+        return body | ModelState(self, default).health()
+
+    def loaded(self) -> list[dict[str, Any]]:
+        """The loaded and loading models, for /health and /api/ps."""
+        return [_resident_summary(res) for res in self.pool.resident.values()]
+
+    def queue_depth(self) -> int:
+        return sum(engine.queue_depth for engine in self.pool.engines())
+
+    def cancel_all(self) -> None:
+        """Shutting down: every run ends within one engine step. Safe from a signal handler."""
+        self.shutting_down = True
+        for engine in self.pool.engines():
+            engine.renderer.interrupt()  # a chat template being rendered ends now, too
+        for handle in list(self.active):
+            handle.cancel()
+
+
+def _resident_summary(res: Resident) -> dict[str, Any]:
+    info = res.engine.info
+    return {
+        "name": res.name,
+        "status": info.status,
+        "draft": info.draft if info.draft_error is None else None,
+        "method": res.loadout.config.method,
+        "pick": res.loadout.pick,
+        "bytes": res.loadout.footprint.total,
+        "bytes_gpu": res.loadout.footprint.gpu,
+        "busy": res.busy,
+        "keep_alive": res.keep_alive,
+        "expires_at": res.expires_at,
+        "load_s": None if res.load_s is None else round(res.load_s, 3),
+    }
+
+
+class ModelState:
+    """One served model as a route sees it: its engine, name, defaults and runs.
+
+    It answers what routes used to ask of the one-model ServerState (`engine`,
+    `model_name`, `spec_default`, `unlimited`, `resolve_model`, `gguf_info`, `start`),
+    for the model the request named.
+    """
+
+    def __init__(self, server: ServerState, res: Resident) -> None:
+        self.server = server
+        self.resident = res
+        self.engine = res.engine
+        self.config = server.config
+        self.metrics = server.metrics
+        self.started = server.started
+        self.spec_default = SpecParams(method=res.engine.config.method, k=res.engine.config.k)
+
+    @property
+    def model_name(self) -> str:
+        return self.resident.name
+
+    @property
+    def unlimited(self) -> int:
+        """max_tokens for "until the context is full": the engine stops at the context's end."""
+        return max(1, self.engine.info.n_ctx or self.engine.config.load.n_ctx)
+
+    def resolve_model(self, name: str | None = None) -> str:
+        """This model's name (the request's name already led here)."""
+        return self.model_name
+
+    def gguf_info(self) -> GGUFInfo:
+        return self.resident.model.info
+
+    def embedder(self) -> EmbeddingModel | None:
+        return self.server.embedder()
 
     def health(self) -> dict[str, Any]:
         info = self.engine.info
-        body: dict[str, Any] = {"status": info.status, "version": __version__}
-        if info.status == "failed":
-            body["error"] = info.error
-        if info.status != "ready":
-            return body
-        return body | {
+        return {
             "model": self.model_name,
             "target": info.target,
             "draft": info.draft if info.draft_error is None else None,
             "draft_error": info.draft_error,
-            "pick": self.config.pick,
+            "pick": self.resident.loadout.pick,
             "methods": info.methods,
             "method": self.spec_default.method,
             "k": self.spec_default.k,
@@ -110,27 +201,21 @@ class ServerState:
             "exact": self.engine.config.load.batch_invariant,
             "gpu_offload": info.gpu_offload,
             "queue_depth": self.engine.queue_depth,
-            "in_flight": len(self.active),
-            "uptime_s": round(time.time() - self.started, 3),
+            "in_flight": len(self.server.active),
+            "uptime_s": round(time.time() - self.server.started, 3),
         }
 
-    def cancel_all(self) -> None:
-        """Shutting down: every run ends within one engine step. Safe from a signal handler."""
-        self.shutting_down = True
-        self.engine.renderer.interrupt()  # a chat template being rendered ends now, too
-        for handle in list(self.active):
-            handle.cancel()
-
     async def start(self, request: Request, greq: GenerationRequest) -> Run:
-        if self.shutting_down:
+        server = self.server
+        if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
         # The chat template runs off the event loop and off the engine thread, within its budget.
         greq = await asyncio.to_thread(self.engine.prepare, greq)
-        if self.shutting_down:
+        if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
         handle = self.engine.submit(greq)  # OverloadedError when the queue is full
-        self.active.add(handle)
-        return Run(self, handle, request)
+        server.active.add(handle)
+        return Run(server, handle, request)
 
 
 class Run:

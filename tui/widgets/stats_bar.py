@@ -7,6 +7,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from localspec.client import Health
+from localspec.printable import printable
 from tui.live_stats import LiveStats
 
 
@@ -50,10 +51,12 @@ def speed_line(live: LiveStats | None, now: float, method: str, k: int | None, m
     return " · ".join(parts)
 
 
-def models_line(health: Health | None) -> str:
-    """Line two: what the daemon serves."""
+def models_line(health: Health | None, model: str | None = None) -> str:
+    """Line two: the model this chat talks to (the daemon's default unless switched) and its draft."""
     if health is None or not health.ready:
         return "target … · draft …"
+    if model is not None and model != health.model:
+        return printable(f"target {model} · draft as the daemon chose it (ctrl+p Models)")
     draft = health.draft or (f"none ({health.draft_error})" if health.draft_error else "none")
     mode = " · exact" if health.exact else ""  # fast, llama.cpp's own loading, is the default
     return f"target {health.model or health.target} · draft {draft}{mode}"
@@ -84,8 +87,9 @@ class StatsBar(Vertical):
         k: int | None,
         memory: int | None,
         health: Health | None,
+        model: str | None = None,
     ) -> None:
         self.speed_text = speed_line(live, now, method, k, memory)
         self.query_one("#stats-speed", Static).update(self.speed_text)
-        self.query_one("#stats-models", Static).update(models_line(health))
+        self.query_one("#stats-models", Static).update(models_line(health, model))
         self.query_one("#stats-spark", Sparkline).data = live.series() if live is not None else []

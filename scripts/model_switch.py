@@ -1,0 +1,88 @@
+"""Load time, cold and warm time to first token, and memory per model against the plan, on a running daemon.
+
+    localspec serve &                       # any target; the daemon serves every model it finds
+    python scripts/model_switch.py [NAME ...] [--socket PATH] [--json]
+
+For each model (default: every model `/v1/models` lists): unload it (Ollama's empty request with
+keep_alive 0), then one streamed chat of 8 tokens (cold: the request waits for the load), then the
+same again (warm). Reports the load time the daemon measured (/api/ps), the time to the first
+streamed token both ways, the memory the plan counts for the model (/api/ps `size`) and how much
+the daemon's resident memory grew while it loaded (psutil). Other models may be unloaded to make
+room: the budget decides, as it would for any client. Prints a Markdown table (or JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from localspec.paths import Paths
+from localspec.process.pidfile import daemon_pid, pid_file_for
+
+CHAT = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+MIB = 1 << 20
+
+
+def first_token_s(http: httpx.Client, model: str) -> float:
+    body = {"model": model, "messages": CHAT, "max_tokens": 8, "temperature": 0, "stream": True}
+    started = time.perf_counter()
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("data: ") and '"content":"' in line.replace(" ", ""):
+                return time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def measure(http: httpx.Client, daemon: psutil.Process, model: str) -> dict[str, Any]:
+    http.post("/api/generate", json={"model": model, "prompt": "", "keep_alive": 0}).raise_for_status()
+    while any(m["name"].removesuffix(":latest") == model for m in http.get("/api/ps").json()["models"]):
+        time.sleep(0.05)
+    rss_before = daemon.memory_info().rss
+    cold = first_token_s(http, model)
+    rss_after = daemon.memory_info().rss
+    warm = first_token_s(http, model)
+    ps = {m["name"].removesuffix(":latest"): m for m in http.get("/api/ps").json()["models"]}[model]
+    return {
+        "model": model,
+        "draft": ps.get("draft"),
+        "load_s": ps.get("load_seconds"),
+        "ttft_cold_s": round(cold, 3),
+        "ttft_warm_s": round(warm, 3),
+        "plan_mib": round(ps["size"] / MIB, 1),
+        "rss_growth_mib": round((rss_after - rss_before) / MIB, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("models", nargs="*")
+    parser.add_argument("--socket", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    socket_path = args.socket or Paths.from_env().socket_path
+    daemon = psutil.Process(daemon_pid(pid_file_for(socket_path)) or 0)
+    transport = httpx.HTTPTransport(uds=str(socket_path))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=600) as http:
+        names = args.models or [m["id"] for m in http.get("/v1/models").json()["data"]]
+        rows = [measure(http, daemon, name) for name in names]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print("| model | draft | load s | TTFT cold s | TTFT warm s | plan MiB | RSS growth MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        cells = [r["model"], r["draft"] or "none", r["load_s"], r["ttft_cold_s"], r["ttft_warm_s"]]
+        print("| " + " | ".join(str(c) for c in [*cells, r["plan_mib"], r["rss_growth_mib"]]) + " |")
+
+
+if __name__ == "__main__":
+    main()

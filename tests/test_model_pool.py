@@ -1,0 +1,127 @@
+"""The pieces of serving many models that need no daemon: keep_alive, names and aliases, the budget.
+
+Names come from real GGUF headers written by tinymodels; the daemon behaviour
+(loading, eviction, expiry) is tested over a socket in test_api_models.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tinymodels
+
+from localspec.errors import ConfigError, ModelNotFoundError, UserInputError
+from localspec.keepalive import describe_keep_alive, parse_keep_alive
+from localspec.models.discovery import FoundModel
+from localspec.models.gguf_info import read_gguf_info
+from localspec.pickdraft.devices import GIB, MIB, cpu_only
+from localspec.server.budget import Budget, Footprint
+from localspec.server.catalog import ModelCatalog, ServedModel, build_catalog
+from localspec.settings import load_settings
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(0, 0.0), (30, 30.0), ("45", 45.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("0s", 0.0)],
+)
+def test_keep_alive_as_ollama_reads_it(value: float | str, seconds: float) -> None:
+    assert parse_keep_alive(value) == seconds
+
+
+@pytest.mark.parametrize("value", [-1, "-1", "-1m", -0.5])
+def test_a_negative_keep_alive_keeps_the_model_until_the_daemon_stops(value: float | str) -> None:
+    assert parse_keep_alive(value) is None
+
+
+@pytest.mark.parametrize("value", ["soon", "5 minutes", "", "m5", "1d"])
+def test_a_keep_alive_that_is_no_duration_is_one_clear_error(value: str) -> None:
+    with pytest.raises(UserInputError, match="duration like 5m"):
+        parse_keep_alive(value)
+
+
+def test_keep_alive_described_for_people() -> None:
+    assert [describe_keep_alive(s) for s in (None, 0.0, 300.0, 7200.0, 45.0)] == [
+        "until stopped",
+        "unload when idle",
+        "5m",
+        "2h",
+        "45s",
+    ]
+
+
+def test_settings_check_keep_alive_max_resident_and_drafts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCALSPEC_DRAFTS", '{"qwen2.5-coder:1.5b": "none"}')
+    settings = load_settings(keep_alive="10m", max_resident="12G")
+    assert settings.drafts == {"qwen2.5-coder:1.5b": "none"}
+    with pytest.raises(ConfigError, match="keep_alive"):
+        load_settings(keep_alive="later")
+    with pytest.raises(ConfigError, match="max_resident"):
+        load_settings(max_resident="lots")
+
+
+def _found(folder: Path, name: str, source: str = "models", **kw: str) -> FoundModel:
+    path = tinymodels.write_tiny_model(folder / f"{name}.gguf", name=name, **kw)  # type: ignore[arg-type]
+    display = name if source == "ollama" else f"{name}.gguf"
+    return FoundModel(path, source, display, read_gguf_info(path))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> ModelCatalog:
+    default = _found(tmp_path, "main")
+    coder = _found(tmp_path, "coder", basename="Tiny-Coder", size_label="3M")
+    twin_a = _found(tmp_path, "twin-a", basename="Twin", size_label="3M")
+    twin_b = _found(tmp_path, "twin-b", basename="Twin", size_label="3M")
+    pulled = _found(tmp_path, "llama3.2:1b", source="ollama")
+    served = ServedModel("main", default.path, default.info, "target")
+    return ModelCatalog(served, lambda: [default, coder, twin_a, twin_b, pulled], alias="localspec")
+
+
+def test_names_are_stable_and_aliases_unambiguous(catalog: ModelCatalog) -> None:
+    models = catalog.models()
+    assert [m.name for m in models] == ["main", "coder", "twin-a", "twin-b", "llama3.2:1b"]
+    aliases = {m.name: m.aliases for m in models}
+    assert aliases["coder"] == ("coder.gguf", "tiny-coder:3m")
+    assert "twin:3m" not in aliases["twin-a"] + aliases["twin-b"]  # two models claim it: neither gets it
+
+
+@pytest.mark.parametrize(
+    ("asked", "served"),
+    [
+        ("main", "main"),
+        ("localspec", "main"),
+        ("main:latest", "main"),
+        ("coder.gguf", "coder"),
+        ("tiny-coder:3m", "coder"),
+        ("Tiny_Coder:3m", "coder"),
+        ("llama3.2:1b", "llama3.2:1b"),
+    ],
+)
+def test_requests_reach_the_model_they_name(catalog: ModelCatalog, asked: str, served: str) -> None:
+    assert catalog.resolve(asked).name == served
+
+
+@pytest.mark.parametrize("asked", ["twin:3m", "../main", "/etc/passwd", "gpt-4", "main.gguf/.."])
+def test_unknown_or_ambiguous_names_are_not_found(catalog: ModelCatalog, asked: str) -> None:
+    with pytest.raises(ModelNotFoundError, match="GET /v1/models"):
+        catalog.resolve(asked)
+
+
+def test_the_default_model_is_listed_once_and_first(tmp_path: Path) -> None:
+    default = _found(tmp_path, "main")
+    served = ServedModel("main", default.path, default.info, "target")
+    assert [m.name for m in build_catalog(served, [_found(tmp_path, "other"), default])] == ["main", "other"]
+
+
+def test_the_budget_counts_the_sum_and_the_cap() -> None:
+    budget = Budget.for_device(cpu_only(16 * GIB), cap=100 * MIB)
+    used, new = Footprint(host=60 * MIB), Footprint(host=30 * MIB)
+    assert budget.fits(used, new)
+    assert not budget.fits(used, Footprint(host=50 * MIB))
+    refused = budget.refuse("big", Footprint(host=200 * MIB)).message
+    assert "big needs 200.0 MiB" in refused and "100.0 MiB (max_resident)" in refused
+    gpu = Budget(gpu=8 * GIB, host=4 * GIB)
+    assert gpu.fits(Footprint(gpu=6 * GIB), Footprint(gpu=1 * GIB, host=1 * GIB))
+    assert not gpu.fits(Footprint(gpu=6 * GIB), Footprint(gpu=3 * GIB))
+    unified = Budget(gpu=8 * GIB, host=10 * GIB, unified=True)
+    assert not unified.fits(Footprint(gpu=6 * GIB), Footprint(gpu=1 * GIB, host=4 * GIB))
