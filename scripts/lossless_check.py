@@ -16,31 +16,31 @@ import json
 import sys
 from pathlib import Path
 
-from localspec.engine.bench import load_prompts
+from localspec.engine.benchset import BenchPrompt, load_bench_set, select_kinds
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.llama import LlamaModel
 from localspec.engine.lossless import explain, rounding_margin
 from localspec.engine.prompting import prompt_tokens
 from localspec.engine.worker import Engine
-from localspec.types import ChatMessage, GenerationRequest, Method, SpecParams
+from localspec.types import GenerationRequest, Method, SpecParams
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
 
 
-def request(text: str, method: Method, max_tokens: int) -> GenerationRequest:
+def request(prompt: BenchPrompt, method: Method, max_tokens: int) -> GenerationRequest:
     return GenerationRequest(
-        messages=(ChatMessage("user", text),),
+        messages=prompt.messages,
         max_tokens=max_tokens,
         speculative=SpecParams(method),
         cache_prompt=False,
     )
 
 
-def measure_margin(checker: LlamaModel, prompts: list[str], tokens: int) -> float:
+def measure_margin(checker: LlamaModel, prompts: list[BenchPrompt], tokens: int) -> float:
     margins = []
-    for text in prompts:
-        ids = prompt_tokens(checker, request(text, "none", tokens))
+    for prompt in prompts:
+        ids = prompt_tokens(checker, request(prompt, "none", tokens))
         margins += [rounding_margin(checker, ids, tokens, batch) for batch in (2, 4, 8)]
     return max(margins)
 
@@ -53,29 +53,33 @@ def main() -> int:
     parser.add_argument(
         "--draft", type=Path, default=ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     )
-    parser.add_argument("--prompts", type=Path, default=ROOT / "scripts" / "bench_prompts.json")
+    parser.add_argument("--prompts", type=Path, default=ROOT / "scripts" / "bench_set.json")
+    parser.add_argument("--kinds", default="", help="comma-separated kinds of prompt (default: all)")
     parser.add_argument("--methods", default="draft,ngram,auto")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--margin-prompts", type=int, default=3, help="prompts the margin is measured on")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    prompts = load_prompts(args.prompts)
+    prompts = load_bench_set(args.prompts)
+    if args.kinds:
+        prompts = select_kinds(prompts, args.kinds.split(","))
     methods: list[Method] = [m for m in args.methods.split(",") if m]
     load = LoadOptions(n_ctx=4096)
     checker = LlamaModel(args.target, load)
-    margin = measure_margin(checker, list(prompts.values())[: args.margin_prompts], 32)
+    margin = measure_margin(checker, prompts[: args.margin_prompts], 32)
     print(f"rounding margin (largest gap shift, batches 2/4/8): {margin:.4f}", flush=True)
     rows: dict[str, dict[str, object]] = {}
     counts = {"runs": 0, "identical": 0, "explained": 0, "unexplained": 0}
     # No memory of earlier requests: each method would copy none's output of the same prompt.
     with Engine(EngineConfig(args.target, args.draft, load=load, ngram_memory_tokens=0)) as engine:
         engine.wait_ready()
-        for name, text in prompts.items():
-            base = engine.generate(request(text, "none", args.max_tokens))
-            ids = prompt_tokens(checker, request(text, "none", args.max_tokens))
+        for prompt in prompts:
+            name = prompt.name
+            base = engine.generate(request(prompt, "none", args.max_tokens))
+            ids = prompt_tokens(checker, request(prompt, "none", args.max_tokens))
             rows[name] = {}
             for method in methods:
-                spec = engine.generate(request(text, method, args.max_tokens))
+                spec = engine.generate(request(prompt, method, args.max_tokens))
                 div = explain(checker, ids, base.token_ids, spec.token_ids, margin)
                 verdict = "identical" if div is None else ("explained" if div.explained else "unexplained")
                 counts["runs"] += 1

@@ -28,7 +28,7 @@ from replaytraces import (
 )
 from scipy import stats
 
-from localspec.auto.costmodel import Plan
+from localspec.auto.costmodel import K_MAX, NGRAM_CONTINUE_PRIOR, Curve, Plan, PositionalAcceptance
 from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
 from localspec.auto.replay import Machine, SimClock, Trace, TraceDrafter, replay
 from localspec.engine import speculative
@@ -64,6 +64,26 @@ def test_on_the_cpu_curve_auto_copies_with_ngrams_and_beats_plain_decoding() -> 
     assert 2.0 <= policy.summary()["mean_k"] <= 6.0  # type: ignore[operator]
     assert result.tokens_per_second > 1.3 * plain.tokens_per_second
     assert result.tokens_per_second >= 0.9 * best_fixed(m, trace)
+
+
+def test_copied_runs_are_learned_in_hindsight_without_drafting_them() -> None:
+    # A verify as dear as decoding each token: auto never drafts, yet the text shows how far each
+    # n-gram proposal would have been right, and the deep positions learn it (copy_trace copies
+    # runs of ~37 tokens). Judged only as far as steps went, they would keep their prior.
+    steep = Curve(tuple(34 * MS * n for n in range(1, K_MAX + 2)))
+    result, policy = run_auto(machine(steep), copy_trace())
+    assert result.method_steps.get("ngram", 0) == 0
+    deep = [est for key, est in policy.acceptance.items() if key.startswith("ngram/") and est.seen[5] > 0]
+    assert deep, policy.acceptance
+    assert max(est.means()[5] for est in deep) > NGRAM_CONTINUE_PRIOR + 0.05
+
+
+def test_positional_acceptance_can_skip_positions_counted_already() -> None:
+    est = PositionalAcceptance(0.5, then=0.85)
+    est.observe(1, 1)  # a plain step: its proposal's first token was right
+    est.observe(5, 6, first=1)  # the rest of it, judged later: 4 more right, then a miss
+    assert est.seen[:7] == [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+    assert est.hits[:7] == [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
 
 
 def test_on_fresh_text_auto_decodes_plainly_and_loses_nothing() -> None:

@@ -370,3 +370,14 @@ def test_ngram_drafts_from_what_earlier_requests_wrote(tiny_target: Path) -> Non
             assert again.stats.accepted > first.stats.accepted + 16, (first.stats, again.stats)
         else:
             assert again.stats.drafted == first.stats.drafted
+
+
+def test_a_request_submitted_without_streaming_delivers_only_its_result(perfect: Engine) -> None:
+    request = GenerationRequest(prompt="the cat sat on", max_tokens=24, speculative=SpecParams("draft", 3))
+    streamed = perfect.submit(request)
+    chunks = list(streamed)
+    assert chunks and streamed.result is not None
+    quiet = perfect.submit(request, stream=False)
+    assert list(quiet) == []  # the first event is already the result
+    assert quiet.result is not None and quiet.result.token_ids == streamed.result.token_ids
+    assert quiet.result.text == "".join(c.text for c in chunks)

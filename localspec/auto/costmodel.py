@@ -285,9 +285,12 @@ class PositionalAcceptance:
         self.seen = [0.0] * size
         self._cached: list[float] | None = None
 
-    def observe(self, accepted: int, judged: int) -> None:
-        """One step: tokens 0..accepted-1 were accepted; token `accepted` was rejected if it was judged."""
-        for i in range(min(judged, len(self.seen))):
+    def observe(self, accepted: int, judged: int, first: int = 0) -> None:
+        """One step: tokens 0..accepted-1 were accepted; token `accepted` was rejected if it was judged.
+
+        `first`: positions before it were counted already (a proposal judged in hindsight).
+        """
+        for i in range(first, min(judged, len(self.seen))):
             hit = i < accepted
             self.hits[i] = self.hits[i] * self.decay + hit
             self.seen[i] = self.seen[i] * self.decay + 1.0

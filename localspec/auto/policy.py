@@ -212,6 +212,9 @@ class AutoPolicy:
         self._draft = _StoppingDrafter(draft, self) if draft is not None else None
         self._clock = clock
         self._last: StepRecord | None = None
+        # An n-gram proposal right as far as its step judged it, waiting for the tokens that
+        # follow to judge the rest: (where it starts, its tokens, its estimator's key, judged).
+        self._pending: tuple[int, Sequence[int], str, int] | None = None
 
     # --- the Policy protocol --------------------------------------------------------------------
 
@@ -300,13 +303,41 @@ class AutoPolicy:
             accepted = next((i for i in range(judged) if step.peek[i] != new[i]), judged)
             self._estimator(step.ngram_key).observe(accepted, judged)
             self.streak = self.streak + 1 if accepted else 0
+            if self._pending is None and accepted == judged < len(step.peek):
+                self._pending = (step.n_tokens, step.peek, step.ngram_key, judged)
         elif new:
             self.streak = 0
+        self._judge_pending(tokens)
         for name, efficiency in self.efficiency.items():
             if name != step.name:
                 efficiency.forget(EFFICIENCY_IDLE_FORGET)
         if self._draft is not None and step.name != self._draft.name:
             self._estimator(self._draft.name).forget(IDLE_FORGET)
+
+    def _judge_pending(self, tokens: Sequence[int]) -> None:
+        """Judge the rest of an n-gram proposal in hindsight, by the tokens that followed it.
+
+        A step judges a proposal only as far as it went: one token when it decoded plainly, k
+        when it drafted k. Judged only that way, how long copied runs last would be learned only
+        by drafting long, which the estimates never advise until they have learned it (on a
+        steep verify curve, never). The text that follows tells it anyway, at no cost. The
+        positions the step judged itself are not counted again, each position is counted once as
+        its token arrives, and one proposal is followed at a time: the next steps' proposals mostly
+        continue the same run.
+        """
+        if self._pending is None:
+            return
+        start, peek, key, done = self._pending
+        seen = tokens[start:]
+        judged = min(len(peek), len(seen))
+        accepted = next((i for i in range(done, judged) if peek[i] != seen[i]), judged)
+        if accepted < judged:  # a wrong token: the run ended there
+            self._estimator(key).observe(accepted, accepted + 1, first=done)
+            self._pending = None
+            return
+        # Right so far: counted as it comes, so a long run starts paying before it ends.
+        self._estimator(key).observe(judged, judged, first=done)
+        self._pending = None if judged == len(peek) else (start, peek, key, judged)
 
     @property
     def near_tie(self) -> float:

@@ -57,8 +57,11 @@ class EngineInfo:
 class Handle:
     """One submitted request: iterate it for chunks; `result` is set once it ends."""
 
-    def __init__(self, request: GenerationRequest) -> None:
+    def __init__(self, request: GenerationRequest, stream: bool = True) -> None:
         self.request = request
+        # False: only the result is delivered. Each chunk wakes the reading thread, and on a
+        # 2-core machine a thread woken per token takes its time slice from llama.cpp's workers.
+        self.stream = stream
         self.cancelled = threading.Event()
         self.result: GenerationResult | None = None
         self._events: queue.Queue[Event] = queue.Queue()
@@ -123,8 +126,9 @@ class Engine:
             raise LocalspecError(self.info.error or "loading failed")
         return self.info
 
-    def submit(self, request: GenerationRequest) -> Handle:
-        handle = Handle(request)
+    def submit(self, request: GenerationRequest, stream: bool = True) -> Handle:
+        """Queue a request; its chunks (with `stream`) and then its result arrive on the handle."""
+        handle = Handle(request, stream)
         try:
             self._jobs.put_nowait(handle)
         except queue.Full:
@@ -148,8 +152,8 @@ class Engine:
         return replace(request, messages=(), prompt=text)
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
-        """Submit and wait: the blocking convenience for scripts and tests."""
-        return self.submit(request).wait()
+        """Submit and wait: the blocking convenience for scripts and tests (no chunks, the result)."""
+        return self.submit(request, stream=False).wait()
 
     def count_prompt_tokens(self, request: GenerationRequest) -> int:
         """The request's prompt length in tokens, without queueing behind generations.
@@ -332,14 +336,16 @@ class Engine:
         gen.stats.fallback_reason = reason
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
         for chunk in gen.run():
-            job.put(chunk if calls is None else replace(chunk, text=calls.push(chunk.text)))
+            out = chunk if calls is None else replace(chunk, text=calls.push(chunk.text))
+            if job.stream:
+                job.put(out)
         assert gen.result is not None
         self._kv_tokens = gen.tokens[: self._target.n_past]
         self._ngram_memory.remember(gen.tokens)
         if calls is None:
             return gen.result
         tail, result = calls.finish(gen.result)
-        if tail:
+        if tail and job.stream:
             job.put(TokenChunk(tail, ()))
         return result
 

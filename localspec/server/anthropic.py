@@ -169,7 +169,7 @@ async def messages(request: Request) -> Response:
     model = _model(state, body.model)
     greq = messages_request(body, state.spec_default)
     fmt = AnthropicFormat(model, await _count(state, greq))
-    return await respond(await state.start(request, greq), body.stream, fmt)
+    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
 async def count_tokens(request: Request) -> Response:

@@ -112,7 +112,7 @@ async def infill(request: Request) -> Response:
     await anyio.to_thread.run_sync(_check_fim, state)
     greq = infill_request(body, state.spec_default, state.unlimited)
     fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
-    return await respond(await state.start(request, greq), body.stream, fmt)
+    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
 async def completion(request: Request) -> Response:
@@ -121,7 +121,7 @@ async def completion(request: Request) -> Response:
     model = state.model_name
     greq = completion_request(body, state.spec_default, state.unlimited)
     fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
-    return await respond(await state.start(request, greq), body.stream, fmt)
+    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
 ROUTES = [Route("/infill", infill, methods=["POST"]), Route("/completion", completion, methods=["POST"])]

@@ -130,7 +130,9 @@ async def chat(request: Request) -> Response:
     if not body.messages:
         return JSONResponse(_loaded(model, {"message": {"role": "assistant", "content": ""}}))
     greq = ollama_chat_request(body, state.spec_default, state.unlimited)
-    return await respond(await state.start(request, greq), body.stream, OllamaFormat(model, chat=True))
+    return await respond(
+        await state.start(request, greq, body.stream), body.stream, OllamaFormat(model, chat=True)
+    )
 
 
 async def generate(request: Request) -> Response:
@@ -142,7 +144,9 @@ async def generate(request: Request) -> Response:
     if not body.prompt and not body.suffix:
         return JSONResponse(_loaded(model, {"response": ""}))
     greq = ollama_generate_request(body, state.spec_default, state.unlimited)
-    return await respond(await state.start(request, greq), body.stream, OllamaFormat(model, chat=False))
+    return await respond(
+        await state.start(request, greq, body.stream), body.stream, OllamaFormat(model, chat=False)
+    )
 
 
 async def version(request: Request) -> Response:

@@ -119,7 +119,7 @@ async def chat_completions(request: Request) -> Response:
     model = state.resolve_model(body.model)
     greq = chat_request(body, state.spec_default, state.unlimited)
     fmt = OpenAIFormat(model, chat=True, include_usage=body.include_usage())
-    return await respond(await state.start(request, greq), body.stream, fmt)
+    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
 async def completions(request: Request) -> Response:
@@ -128,7 +128,7 @@ async def completions(request: Request) -> Response:
     model = state.resolve_model(body.model)
     greq = completion_request(body, state.spec_default, state.unlimited)
     fmt = OpenAIFormat(model, chat=False, include_usage=body.include_usage())
-    return await respond(await state.start(request, greq), body.stream, fmt)
+    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
 def _model_entry(model: ServedModel) -> dict[str, Any]:

@@ -208,7 +208,9 @@ async def create(request: Request) -> Response:
     state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = responses_request(body, state.spec_default, state.unlimited)
-    return await respond(await state.start(request, greq), body.stream, ResponsesFormat(model, body))
+    return await respond(
+        await state.start(request, greq, body.stream), body.stream, ResponsesFormat(model, body)
+    )
 
 
 ROUTES = [Route("/v1/responses", create, methods=["POST"]), Route("/responses", create, methods=["POST"])]

@@ -205,7 +205,8 @@ class ModelState:
             "uptime_s": round(time.time() - self.server.started, 3),
         }
 
-    async def start(self, request: Request, greq: GenerationRequest) -> Run:
+    async def start(self, request: Request, greq: GenerationRequest, stream: bool = True) -> Run:
+        """Queue a generation; unless `stream`, its chunks are never sent here, only its result."""
         server = self.server
         if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
@@ -213,7 +214,7 @@ class ModelState:
         greq = await asyncio.to_thread(self.engine.prepare, greq)
         if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
-        handle = self.engine.submit(greq)  # OverloadedError when the queue is full
+        handle = self.engine.submit(greq, stream)  # OverloadedError when the queue is full
         server.active.add(handle)
         return Run(server, handle, request)
 
