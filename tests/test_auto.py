@@ -78,6 +78,33 @@ def test_copied_runs_are_learned_in_hindsight_without_drafting_them() -> None:
     assert max(est.means()[5] for est in deep) > NGRAM_CONTINUE_PRIOR + 0.05
 
 
+# The repacked CPU curve measured on the 2-core AVX-512 machine (docs/benchmarks.md): a 2-token
+# verify costs 1.98 one-token decodes, 16 tokens 5.92: only long drafts pay.
+REPACKED = Curve.from_points({1: 25 * MS, 2: 50 * MS, 4: 82 * MS, 8: 128 * MS, 16: 150 * MS}, K_MAX + 1)
+
+
+def test_a_long_copy_is_drafted_from_its_first_dozen_tokens_not_learnt_first() -> None:
+    # A whole-file edit: the reply copies 160 tokens of the prompt. The match grows by a token a
+    # step; once it is a dozen tokens long its copy is sure enough to draft 15 at once (llama.cpp's
+    # ngram modes draft from the first match; learning it from scratch took auto 20-40 steps).
+    m, trace = machine(REPACKED), copy_trace()
+    trace = dataclasses.replace(trace, output=trace.prompt[40:200])
+    clock = SimClock()
+    policy = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None, clock=clock)
+    chosen: list[str] = []
+    choose = policy.choose
+
+    def recording(ctx: speculative.StepContext) -> tuple[object, int]:
+        drafter, k = choose(ctx)
+        chosen.append(drafter.name if drafter is not None else "none")
+        return drafter, k
+
+    policy.choose = recording  # type: ignore[method-assign,assignment]
+    result = replay(trace, policy, m, clock, charge_policy=False)
+    assert "ngram" in chosen[:13], chosen[:20]
+    assert result.tokens_per_second >= 2.0 * run_fixed(m, trace, "none", 0).tokens_per_second
+
+
 def test_positional_acceptance_can_skip_positions_counted_already() -> None:
     est = PositionalAcceptance(0.5, then=0.85)
     est.observe(1, 1)  # a plain step: its proposal's first token was right

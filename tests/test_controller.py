@@ -23,6 +23,7 @@ from localspec.auto.costmodel import (
     StepCost,
     break_even,
     expected_tokens,
+    ngram_continue_prior,
     ngram_key,
     ngram_prior,
     plan,
@@ -259,8 +260,16 @@ def test_ngram_keys_group_match_lengths_and_runs_of_copying() -> None:
     assert ngram_key(2, 0) == "ngram/2/0"
     assert ngram_key(5, 1) == "ngram/4/1"
     assert ngram_key(8, 7) == "ngram/6/1"
+    assert ngram_key(12, 0) == "ngram/12/0"
+    assert ngram_key(31, 1) == "ngram/24/1"
     assert ngram_prior("ngram/6/1") > ngram_prior("ngram/6/0") > ngram_prior("ngram/2/0")
-    assert ngram_prior("ngram/6/1") <= 0.9
+    assert ngram_prior("ngram/24/0") > ngram_prior("ngram/12/0") > ngram_prior("ngram/6/0")
+    assert all(ngram_prior(f"ngram/{n}/1") <= 0.95 for n in (2, 3, 4, 6, 12, 24))
+
+
+def test_the_longer_the_match_the_longer_its_copy_is_expected_to_run() -> None:
+    runs = [ngram_continue_prior(f"ngram/{n}/0") for n in (2, 6, 12, 24)]
+    assert runs == sorted(runs) and runs[0] < runs[-1]
 
 
 def test_a_run_may_continue_more_surely_than_it_starts() -> None:

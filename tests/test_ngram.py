@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.engine.drafters.ngram import NgramDrafter, NgramIndex, NgramMemory
+from localspec.engine.drafters.ngram import LONG_MATCH, NgramDrafter, NgramIndex, NgramMemory
 
 
 def test_proposes_what_followed_the_latest_match() -> None:
@@ -20,6 +20,26 @@ def test_prefers_the_longest_match_and_the_latest_occurrence() -> None:
     index.extend([7, 8, 1, 6, 2, 8, 1, 5, 0, 8, 1])
     # [8, 1] occurs twice before; the latest is followed by 5.
     assert index.propose(2).tokens == [5, 0]
+
+
+def test_a_match_longer_than_the_indexed_ngrams_reports_its_real_length() -> None:
+    block = list(range(100, 140))
+    index = NgramIndex(min_n=2, max_n=3)
+    index.extend([7, *block, 8, *block[:20]])
+    match = index.propose(4)
+    assert match.tokens == block[20:24]
+    assert match.match_len == 20  # the whole copy so far, not just the 3-gram that found it
+    index.extend(block[20:])
+    assert index.propose(4).match_len == LONG_MATCH  # followed back no further than that
+
+
+def test_a_remembered_match_stops_at_the_edge_of_its_request() -> None:
+    memory = NgramMemory(min_n=4, max_n=6)
+    memory.remember([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    memory.remember([11, 12, 13, 14, 15, 16, 17])
+    match = memory.lookup([9, 10, 11, 12, 13, 14, 15, 16], 2)
+    # [11..16] matches six tokens; 10 before it belongs to the other request, behind a separator.
+    assert (match.tokens, match.match_len) == ([17], 6)
 
 
 def test_no_match_proposes_nothing() -> None:

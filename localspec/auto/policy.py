@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Protocol
 from localspec.auto.costmodel import (
     DRAFT_PRIOR,
     K_MAX,
-    NGRAM_CONTINUE_PRIOR,
     ConfidenceMap,
     Curve,
     EarlyStop,
@@ -31,6 +30,7 @@ from localspec.auto.costmodel import (
     Plan,
     PositionalAcceptance,
     StepCost,
+    ngram_continue_prior,
     ngram_key,
     ngram_prior,
     plan,
@@ -347,7 +347,7 @@ class AutoPolicy:
         estimator = self.acceptance.get(key)
         if estimator is None:
             if key.startswith("ngram/"):
-                estimator = PositionalAcceptance(ngram_prior(key), then=NGRAM_CONTINUE_PRIOR)
+                estimator = PositionalAcceptance(ngram_prior(key), then=ngram_continue_prior(key))
             else:
                 # No caution for a model draft: it learns only while it runs, and a cautious
                 # estimate would stop it after one bad step. Its cost keeps it off where it loses.
