@@ -9,9 +9,13 @@ not measured, from the memory plan:
   (CPU_STEP_OVERHEAD_BYTES), which is why a 0.5B draft costs 0.6-0.75 of a 1.5B
   target's token on a 2-core CPU though it reads 0.4 of its bytes, while on
   memory-bound GPU decoding it costs about its size ratio;
-- verifying n tokens costs V(n) = 1 + 0.4 (n - 1) target tokens on a CPU (calibration on the
-  2-core CI machine, batch-invariant loading: V(4) = 2.25, V(7) = 3.48), 1 + 0.2 (n - 1) with
-  repacked weights (`--fast`; llama-bench: V(4) = 1.34, V(8) = 2.39), and is nearly flat on a GPU;
+- verifying n tokens costs V(n) = 1 + 0.4 (n - 1) target tokens on a CPU with batch-invariant
+  loading (`--exact`; calibration on the 2-core CI machine: V(4) = 2.25, V(7) = 3.48); with
+  repacked weights (the default) it follows REPACKED_CPU_SHAPE, our own calibration of the Qwen
+  1.5B target on a 2-core AVX-512 CPU (V(2) = 1.98, V(4) = 3.22, V(8) = 5.03, V(16) = 5.92: dear for
+  short drafts, cheap for long ones, which only copies fill); it is nearly flat on a GPU;
+- drafts go as far as the engine verifies: 6 tokens with --exact (EXACT_VERIFY_BATCH), auto's
+  K_MAX otherwise;
 - acceptance: the controller's DRAFT_PRIOR for a draft model; n-gram lookup drafts on
   NGRAM_MATCH_RATE of steps with the controller's prior for a 4-token match.
 
@@ -20,7 +24,7 @@ Measured curves (`calibrate`'s cache, or `pick-draft --measure`) replace the pri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,14 +37,19 @@ from localspec.auto.costmodel import (
     best_k,
     expected_tokens,
 )
+from localspec.auto.costmodel import (
+    K_MAX as FAST_K_MAX,
+)
 from localspec.pickdraft.devices import MIB
 from localspec.pickdraft.memplan import MemoryPlan, ModelShape
 
-# Drafts stop at 6 tokens: verify batches of more than 7 positions do not round like one-token
-# decoding (engine.config.EXACT_VERIFY_BATCH), so the engine never runs them.
-K_MAX = 6
+# With --exact, drafts stop at 6 tokens: verify batches of more than 7 positions do not round like
+# one-token decoding (engine.config.EXACT_VERIFY_BATCH), so the engine never runs them.
+EXACT_K_MAX = 6
 CPU_VERIFY_SLOPE = 0.4
-REPACKED_CPU_VERIFY_SLOPE = 0.2
+# V(n) / V(1) with repacked weights, at the widths the kernels like (they work in blocks of 4 rows),
+# interpolated between: `localspec calibrate` on the 2-core AVX-512 machine (docs/benchmarks.md).
+REPACKED_CPU_POINTS = {1: 1.0, 2: 1.98, 4: 3.22, 8: 5.03, 16: 5.92}
 GPU_VERIFY_SLOPE = 0.02
 # Effective bytes per second of decoding: only their ratio matters, for a model split across both.
 CPU_BANDWIDTH = 20e9
@@ -50,7 +59,7 @@ GPU_BANDWIDTH = 400e9
 # costs ~0.64 of the 1.5B target's token, as measured on the 2-core CI machine.
 CPU_STEP_OVERHEAD_BYTES = 640 * MIB
 NGRAM_MATCH_RATE = 0.2
-NGRAM_ACCEPTANCE = NGRAM_PRIOR_BY_LENGTH[4]
+NGRAM_ACCEPTANCE = (NGRAM_PRIOR_BY_LENGTH[4],)
 # Measured by layerskip.default_keep's split as greedy agreement: 54% on Qwen2.5-Coder-1.5B, 12% on SmolLM2.
 LAYERSKIP_ACCEPTANCE = 0.35
 
@@ -76,14 +85,18 @@ class Costs:
         self.target = target
         self.measured_target = curves.get(target_path)
         self.curves = curves
-        self.cpu_slope = REPACKED_CPU_VERIFY_SLOPE if repack else CPU_VERIFY_SLOPE
+        self.k_max = FAST_K_MAX if repack else EXACT_K_MAX
+        self.cpu_shape = _repacked_shape if repack else _exact_shape
 
     def verify(self, plan: MemoryPlan) -> Curve:
         """V(n) / V(1): what verifying n tokens costs in target tokens."""
         if self.measured_target is not None:
             return Curve(self.measured_target.relative())
-        seconds = _prior_seconds(self.target, plan.target.gpu_layers, plan.target.all_on_gpu, self.cpu_slope)
+        seconds = self._prior(self.target, plan.target.gpu_layers, plan.target.all_on_gpu)
         return Curve(tuple(s / seconds[0] for s in seconds))
+
+    def _prior(self, shape: ModelShape, gpu_layers: int, all_on_gpu: bool) -> tuple[float, ...]:
+        return _prior_seconds(shape, gpu_layers, all_on_gpu, self.cpu_shape, self.k_max)
 
     def draft_model(
         self, draft: ModelShape, plan: MemoryPlan, acceptance: float, path: Path | None
@@ -94,9 +107,11 @@ class Costs:
             cost = measured(1) / self.measured_target(1)
         else:
             measured = None
-            target = _prior_seconds(self.target, plan.target.gpu_layers, plan.target.all_on_gpu)
-            cost = _prior_seconds(draft, plan.draft.gpu_layers, plan.draft.all_on_gpu)[0] / target[0]
-        return estimate(self.verify(plan), cost, [acceptance], measured=measured is not None)
+            target = self._prior(self.target, plan.target.gpu_layers, plan.target.all_on_gpu)
+            cost = self._prior(draft, plan.draft.gpu_layers, plan.draft.all_on_gpu)[0] / target[0]
+        return estimate(
+            self.verify(plan), cost, [acceptance], measured=measured is not None, k_max=self.k_max
+        )
 
     def scaled_draft(self, size_ratio: float, plan: MemoryPlan) -> Estimate:
         """A draft not on disk: its bytes per token taken in proportion to its file size."""
@@ -104,17 +119,20 @@ class Costs:
         scaled = replace(t, layer_bytes=tuple(int(b * size_ratio) for b in t.layer_bytes),
                          head_bytes=int(t.head_bytes * size_ratio))  # fmt: skip
         place = (plan.target.gpu_layers, plan.target.all_on_gpu)
-        cost = _prior_seconds(scaled, *place)[0] / _prior_seconds(t, *place)[0]
-        return estimate(self.verify(plan), cost, [DRAFT_PRIOR], measured=False)
+        cost = self._prior(scaled, *place)[0] / self._prior(t, *place)[0]
+        return estimate(self.verify(plan), cost, [DRAFT_PRIOR], measured=False, k_max=self.k_max)
 
     def ngram(self, plan: MemoryPlan) -> Estimate:
-        return ngram_estimate(self.verify(plan), NGRAM_MATCH_RATE, [NGRAM_ACCEPTANCE], measured=False)
+        verify = self.verify(plan)
+        return ngram_estimate(verify, NGRAM_MATCH_RATE, NGRAM_ACCEPTANCE, measured=False, k_max=self.k_max)
 
 
-def ngram_estimate(verify: Curve, match_rate: float, accept: Sequence[float], *, measured: bool) -> Estimate:
+def ngram_estimate(
+    verify: Curve, match_rate: float, accept: Sequence[float], *, measured: bool, k_max: int = EXACT_K_MAX
+) -> Estimate:
     """N-gram lookup at its best k: a step without a match costs one target token and yields one."""
     best: Estimate | None = None
-    for k in range(1, K_MAX + 1):
+    for k in range(1, min(k_max, len(verify.seconds) - 1) + 1):
         tokens = match_rate * expected_tokens(accept, k) + (1 - match_rate)
         seconds = match_rate * verify(k + 1) + (1 - match_rate) * verify(1)
         if best is None or tokens / seconds > best.speedup:
@@ -123,23 +141,38 @@ def ngram_estimate(verify: Curve, match_rate: float, accept: Sequence[float], *,
     return best
 
 
-def estimate(verify: Curve, cost: float, accept: Sequence[float], *, measured: bool) -> Estimate:
+def estimate(
+    verify: Curve, cost: float, accept: Sequence[float], *, measured: bool, k_max: int = EXACT_K_MAX
+) -> Estimate:
     """A draft model at its best k: `cost` per drafted token, `accept[i]` at position i, verify curve V."""
-    plan = best_k(Option("draft", accept, StepCost(verify, 0.0, cost, cost), K_MAX))
+    plan = best_k(Option("draft", accept, StepCost(verify, 0.0, cost, cost), k_max))
     speedup = plan.rate * verify(1) if plan.k else 0.0
     return Estimate(speedup, plan.k, cost, verify(plan.k + 1), accept[0], measured)
 
 
+def _exact_shape(n: int) -> float:
+    return 1 + CPU_VERIFY_SLOPE * (n - 1)
+
+
+_REPACKED_CPU_CURVE = Curve.from_points(REPACKED_CPU_POINTS, max(REPACKED_CPU_POINTS))
+
+
+def _repacked_shape(n: int) -> float:
+    return _REPACKED_CPU_CURVE(n)
+
+
 def _prior_seconds(
-    shape: ModelShape, gpu_layers: int, all_on_gpu: bool, cpu_slope: float = CPU_VERIFY_SLOPE
+    shape: ModelShape,
+    gpu_layers: int,
+    all_on_gpu: bool,
+    cpu_shape: Callable[[int], float] = _exact_shape,
+    k_max: int = EXACT_K_MAX,
 ) -> tuple[float, ...]:
-    """Prior seconds to decode n = 1..K_MAX + 1 tokens in one batch with this placement."""
+    """Prior seconds to decode n = 1..k_max + 1 tokens in one batch with this placement."""
     n = shape.n_layers
     head = shape.head_bytes + shape.other_bytes
     gpu_read = sum(shape.layer_bytes[n - gpu_layers :]) + (head if all_on_gpu else 0)
     cpu_read = shape.bytes_per_token - gpu_read
     cpu = (cpu_read + CPU_STEP_OVERHEAD_BYTES) / CPU_BANDWIDTH if cpu_read > 0 else 0.0
     gpu = gpu_read / GPU_BANDWIDTH
-    return tuple(
-        cpu * (1 + cpu_slope * (m - 1)) + gpu * (1 + GPU_VERIFY_SLOPE * (m - 1)) for m in range(1, K_MAX + 2)
-    )
+    return tuple(cpu * cpu_shape(m) + gpu * (1 + GPU_VERIFY_SLOPE * (m - 1)) for m in range(1, k_max + 2))
