@@ -137,6 +137,7 @@ def _config(settings: Settings, paths: Paths, target: Path, draft: Path | None) 
         ),
         draft_gpu_layers=settings.draft_gpu_layers,
         queue_size=settings.queue_size,
+        ngram_memory_tokens=settings.ngram_memory,
         cache_dir=paths.cache_dir,
         derived_dir=paths.derived_models_dir,
     )

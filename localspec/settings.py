@@ -45,6 +45,12 @@ class Settings(BaseSettings):
         "alone, slower on the CPU. False (default, --fast): llama.cpp's own loading, the target's "
         "distribution, greedy output identical up to float rounding, as llama.cpp's speculation is.",
     )
+    ngram_memory: int = Field(
+        16384,
+        ge=0,
+        description="Tokens of earlier requests' prompts and replies each loaded model keeps (in memory "
+        "only) for n-gram drafting across requests; 0 turns it off (benchmarks that repeat a prompt).",
+    )
     socket: Path | None = Field(None, description="Unix socket path for serve; default: runtime dir.")
     tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")
     token: str | None = Field(None, description="Bearer token required on TCP (always for non-loopback).")

@@ -220,6 +220,22 @@ def test_routes_without_v1_as_llama_server_serves_them(daemon: Daemon) -> None:
     assert text.choices[0].text
 
 
+def test_cache_prompt_false_evaluates_the_prompt_afresh(daemon: Daemon) -> None:
+    """llama-server's cache_prompt on chat and completions: false reuses none of the last prompt."""
+    body = {"model": "tiny-target", "messages": CHAT, "max_tokens": 4, "temperature": 0}
+    with daemon.http() as http:
+        http.post("/v1/chat/completions", json=body).raise_for_status()
+        cached = http.post("/v1/chat/completions", json=body).json()
+        fresh = http.post("/v1/chat/completions", json={**body, "cache_prompt": False}).json()
+        plain = {"model": "tiny-target", "prompt": "the quick brown fox", "max_tokens": 4, "temperature": 0}
+        http.post("/v1/completions", json=plain).raise_for_status()
+        text_fresh = http.post("/v1/completions", json={**plain, "cache_prompt": False}).json()
+    assert cached["localspec"]["cached_tokens"] > 0
+    assert fresh["localspec"]["cached_tokens"] == 0
+    assert fresh["choices"][0]["message"]["content"] == cached["choices"][0]["message"]["content"]
+    assert text_fresh["localspec"]["cached_tokens"] == 0
+
+
 def test_llama_vscode_chat_edit_payloads(daemon: Daemon) -> None:
     """llama.vscode's edit request (llama-server's fields, max_tokens -1) and its n_predict 0 warm-up."""
     messages = [{"role": "system", "content": "You are an expert coder."}, {"role": "user", "content": "the"}]

@@ -107,6 +107,11 @@ class _OpenAISampling(_Body):
     n: int = Field(1, ge=1, description="Only one choice per request.")
     logprobs: bool | None = Field(None, description="Not supported; must be absent or false.")
     speculative: SpeculativeOptions | None = None
+    cache_prompt: bool = Field(
+        True,
+        description="llama.cpp extension: false evaluates the prompt from scratch instead of reusing "
+        "the cached prefix of the previous request (reproducible to the bit, and fair to time).",
+    )
 
     def sampling(self) -> SamplingParams:
         seed = self.seed if self.seed is not None and self.seed >= 0 else None
@@ -313,6 +318,7 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
+        cache_prompt=body.cache_prompt,
         tools=tool_specs(body.tools),
         tool_choice=tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls,
@@ -329,6 +335,7 @@ def completion_request(body: CompletionBody, spec: SpecParams, unlimited: int) -
         stop=stop_strings(body.stop),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
+        cache_prompt=body.cache_prompt,
     )
 
 

@@ -1,0 +1,293 @@
+"""localspec's daemon against llama-server, both measured the same way: from the client, streamed, in turns.
+
+    # llama-server built from the llama.cpp llama-cpp-python vendors (see llama_server_compare.py)
+    .venv/bin/python scripts/head_to_head.py --server /tmp/llbuild/bin/llama-server \
+        --repeat 2 --json /tmp/h2h.json
+
+`localspec bench` times the engine from inside and llama_server_compare.py reads llama-server's own
+timings: two clocks, and two runs minutes apart on a machine whose speed drifts. Here one client
+sends every contestant the same streamed greedy chat request (prompt cache off), prompt by prompt,
+the contestants taking turns, and times each reply by its chunks' arrival: time to first token is
+the first content chunk's arrival after sending; decode tok/s is (completion tokens - 1) over the
+time from the first content chunk to the last. Contestants: llama-server plain, ngram-simple and
+ngram-mod (one server each, started at once), and one `localspec serve` answering with the method
+each request names (`speculative.method`: none and auto). The n-gram memory across requests is
+off in localspec's daemon here (LOCALSPEC_NGRAM_MEMORY=0): every request sees only its
+own prompt, as llama-server's ngram-simple does (its ngram-mod keeps a pool across requests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from server_runs import PLAIN, SPEC_TYPES, ServerProcess, request_body
+
+from localspec.engine.benchset import BenchPrompt, load_bench_set, select_kinds
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "models"
+SERVER_MODES = (PLAIN, "ngram-simple", "ngram-mod")
+LOCALSPEC_METHODS = ("none", "auto")
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One streamed reply as the client saw it."""
+
+    text: str
+    tokens: int
+    ttft_s: float
+    decode_tps: float
+
+
+class Contestant:
+    """Something that answers a streamed chat request: a llama-server, or localspec with a method."""
+
+    def __init__(self, name: str, client: httpx.Client, extra: Mapping[str, Any]) -> None:
+        self.name, self.client, self.extra = name, client, dict(extra)
+
+    def ask(self, body: Mapping[str, Any]) -> Timed:
+        payload = {**body, **self.extra, "stream": True, "stream_options": {"include_usage": True}}
+        sent = time.perf_counter()
+        arrivals: list[float] = []
+        parts: list[str] = []
+        tokens = 0
+        with self.client.stream("POST", "/v1/chat/completions", json=payload, timeout=600) as reply:
+            if reply.status_code != 200:
+                sys.exit(f"{self.name} answered {reply.status_code}: {reply.read()[:300]!r}")
+            for data in _events(reply.iter_lines()):
+                for choice in data.get("choices") or ():
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        arrivals.append(time.perf_counter())
+                        parts.append(text)
+                usage = data.get("usage")
+                if usage:
+                    tokens = int(usage["completion_tokens"])
+        if not arrivals or not tokens:
+            sys.exit(f"{self.name} streamed no text or no usage")
+        decode = arrivals[-1] - arrivals[0]
+        return Timed(
+            "".join(parts),
+            tokens,
+            round(arrivals[0] - sent, 4),
+            round((tokens - 1) / decode, 2) if tokens > 1 and decode > 0 else 0.0,
+        )
+
+
+def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    for line in lines:
+        if line.startswith("data: ") and line[6:].strip() != "[DONE]":
+            yield json.loads(line[6:])
+
+
+def start_localspec(args: argparse.Namespace, home: Path) -> tuple[subprocess.Popen[bytes], httpx.Client]:
+    """`localspec serve` on a private socket, in a private home: its calibration is measured afresh here."""
+    sock = home / "localspec.sock"
+    env = {**os.environ, "LOCALSPEC_HOME": str(home), "LOCALSPEC_NGRAM_MEMORY": "0"}
+    cmd = [
+        str(Path(sys.executable).parent / "localspec"),
+        "serve",
+        "--target",
+        str(args.target),
+        "--draft",
+        str(args.draft),
+        "--ctx",
+        str(args.ctx),
+        "--socket",
+        str(sock),
+        "--no-access-log",
+    ]
+    log = (args.logs / "localspec-serve.log").open("wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://localhost")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(
+                f"localspec serve exited with {proc.returncode}; see {args.logs / 'localspec-serve.log'}"
+            )
+        try:
+            if client.get("/health", timeout=2).status_code == 200:
+                return proc, client
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    sys.exit("localspec serve did not become ready in 300 s")
+
+
+def served_name(client: httpx.Client, target: Path) -> str:
+    """The name the daemon lists the target under (it serves every model it finds)."""
+    listed = client.get("/v1/models").json()["data"]
+    for entry in listed:
+        if entry.get("id") in (target.name, target.stem) or target.stem in str(entry.get("id")):
+            return str(entry["id"])
+    sys.exit(f"the daemon does not list {target.name}: {[e.get('id') for e in listed]}")
+
+
+def warm_up(contestants: Sequence[Contestant], prompt: BenchPrompt) -> None:
+    """One short request each, untimed: a server's first reply pays for paging its weights in."""
+    for c in contestants:
+        c.ask(request_body(prompt, 8))
+
+
+def run(
+    contestants: Sequence[Contestant], prompts: Sequence[BenchPrompt], max_tokens: int, repeat: int
+) -> dict[str, dict[str, list[Timed]]]:
+    """{prompt: {contestant: samples}}: on each prompt, every contestant in turn, `repeat` rounds."""
+    runs: dict[str, dict[str, list[Timed]]] = {}
+    for prompt in prompts:
+        body = request_body(prompt, max_tokens)
+        samples: dict[str, list[Timed]] = {c.name: [] for c in contestants}
+        for _ in range(repeat):
+            for c in contestants:
+                sample = c.ask(body)
+                samples[c.name].append(sample)
+                print(
+                    f"{prompt.name[:28]:<28} {c.name:<18} {sample.tokens:>4} tok  decode "
+                    f"{sample.decode_tps:>6.2f} tok/s  ttft {sample.ttft_s:>6.3f} s",
+                    flush=True,
+                )
+        runs[prompt.name] = samples
+    return runs
+
+
+def best(samples: Sequence[Timed]) -> Timed:
+    """The fastest decode of a contestant's rounds (the least disturbed), as `localspec bench` keeps."""
+    return max(samples, key=lambda s: s.decode_tps)
+
+
+def summarize(
+    prompts: Sequence[BenchPrompt], runs: Mapping[str, Mapping[str, Sequence[Timed]]]
+) -> dict[str, Any]:
+    """Per prompt: each contestant's best round, and the ratios the goals are stated in."""
+    rows: dict[str, Any] = {}
+    for p in prompts:
+        got = {name: best(s) for name, s in runs[p.name].items()}
+        plain = got[f"server-{PLAIN}"]
+        servers = [t for name, t in got.items() if name.startswith("server-")]
+        top = max(servers, key=lambda t: t.decode_tps)
+        none, auto = got["localspec-none"], got["localspec-auto"]
+        rows[p.name] = {
+            "kind": p.kind,
+            "contestants": {name: asdict(t) for name, t in got.items()},
+            "none_vs_server_plain": round(none.decode_tps / plain.decode_tps, 3),
+            "ttft_none_vs_server_plain": round(
+                min(s.ttft_s for s in runs[p.name]["localspec-none"])
+                / min(s.ttft_s for s in runs[p.name][f"server-{PLAIN}"]),
+                3,
+            ),
+            "auto_vs_none": round(auto.decode_tps / none.decode_tps, 3),
+            "auto_vs_best_server": round(auto.decode_tps / top.decode_tps, 3),
+            "none_same_text_as_server_plain": none.text == plain.text,
+        }
+    return rows
+
+
+RATIOS = ("none_vs_server_plain", "ttft_none_vs_server_plain", "auto_vs_none", "auto_vs_best_server")
+
+
+def print_table(rows: Mapping[str, Any]) -> None:
+    print(f"\n{'prompt':<28} {'kind':<10} " + " ".join(f"{r:>22}" for r in RATIOS) + "  same")
+    for name, row in rows.items():
+        print(
+            f"{name[:28]:<28} {row['kind'][:10]:<10} "
+            + " ".join(f"{row[r]:>21.3f}x" for r in RATIOS)
+            + f"  {'yes' if row['none_same_text_as_server_plain'] else 'no'}"
+        )
+    kinds = sorted(
+        {row["kind"] for row in rows.values()}, key=list(row["kind"] for row in rows.values()).index
+    )
+    print(f"\n{'median':<39} " + " ".join(f"{r:>22}" for r in RATIOS))
+    for kind in [*kinds, "all"]:
+        sel = [row for row in rows.values() if kind in ("all", row["kind"])]
+        print(f"{kind:<39} " + " ".join(f"{statistics.median(r[x] for r in sel):>21.3f}x" for x in RATIOS))
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--server", type=Path, required=True, help="llama-server binary")
+    ap.add_argument("--target", type=Path, default=MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    ap.add_argument("--draft", type=Path, default=MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    ap.add_argument("--prompts", type=Path, default=ROOT / "scripts" / "bench_set.json")
+    ap.add_argument("--kinds", default="", help="comma-separated kinds (default: all)")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N prompts (a smoke run)")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--port", type=int, default=8990)
+    ap.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()))
+    ap.add_argument("--json", type=Path)
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    prompts = load_bench_set(args.prompts)
+    if args.kinds:
+        prompts = select_kinds(prompts, [k.strip() for k in args.kinds.split(",") if k.strip()])
+    if args.limit:
+        prompts = prompts[: args.limit]
+    base = ["-m", str(args.target), "-c", str(args.ctx), "-t", str(args.threads), "-np", "1", "--no-webui"]
+    servers: list[ServerProcess] = []
+    contestants: list[Contestant] = []
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    with tempfile.TemporaryDirectory(prefix="h2h-home-") as home:
+        proc, client = start_localspec(args, Path(home))
+        try:
+            for i, mode in enumerate(SERVER_MODES):
+                log = args.logs / f"llama-server-{mode}.log"
+                server = ServerProcess.start(args.server, [*base, *SPEC_TYPES[mode]], args.port + i, log)
+                servers.append(server)
+                http = httpx.Client(base_url=f"http://127.0.0.1:{server.port}")
+                contestants.append(Contestant(f"server-{mode}", http, {}))
+            model = served_name(client, args.target)
+            for method in LOCALSPEC_METHODS:
+                contestants.append(
+                    Contestant(
+                        f"localspec-{method}", client, {"model": model, "speculative": {"method": method}}
+                    )
+                )
+            warm_up(contestants, prompts[0])
+            runs = run(contestants, prompts, args.max_tokens, max(1, args.repeat))
+        finally:
+            for server in servers:
+                server.stop()
+            proc.terminate()
+            proc.wait(30)
+    rows = summarize(prompts, runs)
+    print_table(rows)
+    if args.json:
+        settings = {
+            "server": str(args.server),
+            "server_args": base,
+            "target": str(args.target),
+            "draft": str(args.draft),
+            "max_tokens": args.max_tokens,
+            "repeat": args.repeat,
+            "started": started,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        args.json.write_text(json.dumps({"settings": settings, "prompts": rows}, indent=1), encoding="utf-8")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
