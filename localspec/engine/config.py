@@ -40,6 +40,11 @@ class LoadOptions:
     kv_type: str = "f16"
     n_batch: int = 512
     batch_invariant: bool = False
+    # Read long prompts with a second, plain (not repacked) copy of the weights and hand the KV cache
+    # over (engine.prefill): on AVX-512 CPUs repacked weights decode faster but evaluate prompts 1.5x
+    # slower. None: where measured faster on this machine (cached); never with batch_invariant or
+    # layers on a GPU.
+    plain_prefill: bool | None = None
 
 
 # The largest batch that rounds exactly like one-token decoding with batch_invariant loading on the

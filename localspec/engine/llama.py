@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -35,6 +36,9 @@ KV_TYPES = {
     "q4_0": llama_cpp.GGML_TYPE_Q4_0,
 }
 GGUF_MAGIC = b"GGUF"
+# Inputs this long or longer go to the plain prefill copy, when one is attached: below it the two
+# cache copies (~30 KB a cached position for Qwen2.5-1.5B) cost more than the faster read saves.
+PREFILL_MIN = 64
 LLAMA_DECODE_ABORTED = 2  # llama_decode's return code when the abort callback said stop
 
 ProgressFn = Callable[[float], None]
@@ -67,6 +71,16 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+def _copy_sequence(src: llama_cpp.llama_context_p, dst: llama_cpp.llama_context_p, dst_memory: Any) -> None:
+    """Replace sequence 0 of `dst`'s cache with `src`'s (two contexts of one model file)."""
+    size = llama_cpp.llama_state_seq_get_size(src, 0)
+    buf = (ctypes.c_uint8 * size)()
+    written = llama_cpp.llama_state_seq_get_data(src, buf, size, 0)
+    llama_cpp.llama_memory_seq_rm(dst_memory, 0, -1, -1)
+    if written and not llama_cpp.llama_state_seq_set_data(dst, buf, written, 0):
+        raise LocalspecError("llama.cpp could not take over the prompt's cache from the prefill copy")
+
+
 def _cancelled(done: int, total: int) -> RequestCancelledError:
     return RequestCancelledError(f"cancelled after {done} of {total} tokens were decoded")
 
@@ -86,12 +100,19 @@ class LlamaModel:
     """One loaded model with one context (sequence 0)."""
 
     def __init__(
-        self, path: Path, options: LoadOptions = LoadOptions(), progress: ProgressFn | None = None
+        self,
+        path: Path,
+        options: LoadOptions = LoadOptions(),
+        progress: ProgressFn | None = None,
+        *,
+        repack: bool | None = None,
     ) -> None:
         _init_backend()
         self.path = Path(path)
         check_gguf_file(self.path)
         self.options = options
+        # Whether llama.cpp may repack the weights for its CPU kernels (None: unless batch_invariant).
+        self.repack = not options.batch_invariant if repack is None else repack
         self._model = self._load_model(progress)
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         try:
@@ -109,6 +130,11 @@ class LlamaModel:
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self.n_past = 0
+        # A second copy reading long inputs for this one (attach_prefill), and the context whose
+        # outputs the last decode left: this one's, or the prefill copy's.
+        self._prefill: LlamaModel | None = None
+        self._prefill_valid = 0  # positions the prefill copy's cache holds as this one's does
+        self._out_ctx = self._ctx
         # Verify batches larger than this would not round as the target alone does (see above); with
         # repacked weights no batch size is exact, and speculation there is lossless up to rounding.
         self.max_verify_batch = EXACT_VERIFY_BATCH if options.batch_invariant else options.n_batch
@@ -122,7 +148,7 @@ class LlamaModel:
         params = llama_cpp.llama_model_default_params()
         gpu = self.options.gpu_layers
         params.n_gpu_layers = (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
-        params.use_extra_bufts = not self.options.batch_invariant
+        params.use_extra_bufts = self.repack
         callback = None
         if progress is not None:
             progress(0.0)
@@ -265,6 +291,9 @@ class LlamaModel:
         """
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextOverflowError(self.n_past + len(tokens), self.n_ctx)
+        if self._prefill is not None and len(tokens) >= PREFILL_MIN:
+            return self._decode_by_prefill(self._prefill, tokens, n_logits, cancel)
+        self._out_ctx = self._ctx
         if cancel is None:
             return self._decode(tokens, n_logits, None)
         # Installed only for this call: the callback runs once per graph node and takes the GIL
@@ -316,7 +345,7 @@ class LlamaModel:
 
         A view into llama.cpp's buffer: read or copy it before the next decode.
         """
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, index)
+        ptr = llama_cpp.llama_get_logits_ith(self._out_ctx, index)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
     def truncate(self, n_keep: int) -> None:
@@ -324,12 +353,50 @@ class LlamaModel:
         if n_keep < self.n_past:
             llama_cpp.llama_memory_seq_rm(self._memory, 0, n_keep, -1)
             self.n_past = n_keep
+            self._prefill_valid = min(self._prefill_valid, n_keep)
 
     def reset(self) -> None:
         llama_cpp.llama_memory_clear(self._memory, True)
         self.n_past = 0
+        self._prefill_valid = 0
+
+    # --- reading long inputs with a plain copy of the weights -------------
+
+    def attach_prefill(self, plain: LlamaModel | None) -> None:
+        """Have `plain` (the same file, loaded without repacking) decode inputs of PREFILL_MIN tokens
+        or more; None detaches it. This model keeps ownership of it and closes it."""
+        if self._prefill is not None and self._prefill is not plain:
+            self._prefill.close()
+        self._prefill, self._prefill_valid = plain, 0
+
+    @property
+    def plain_prefill(self) -> bool:
+        return self._prefill is not None
+
+    def _decode_by_prefill(
+        self, plain: LlamaModel, tokens: Sequence[int], n_logits: int, cancel: threading.Event | None
+    ) -> float:
+        """Decode `tokens` on the plain copy, then take its cache over: the same positions, the
+        values up to float rounding (as any other batch size's). Cancelled, the chunks it read are
+        taken over too, as decode() keeps them."""
+        t0 = time.perf_counter()
+        if self._prefill_valid < self.n_past:  # it lacks what this model decoded since: copy it over
+            _copy_sequence(self._ctx, plain._ctx, plain._memory)
+        else:  # it holds this model's positions, and perhaps more that this model has dropped
+            llama_cpp.llama_memory_seq_rm(plain._memory, 0, self.n_past, -1)
+        plain.n_past = self.n_past
+        try:
+            plain.decode(tokens, n_logits, cancel)
+        finally:
+            _copy_sequence(plain._ctx, self._ctx, self._memory)
+            self.n_past = self._prefill_valid = plain.n_past
+            self._out_ctx = plain._ctx
+        return time.perf_counter() - t0
 
     def close(self) -> None:
+        if getattr(self, "_prefill", None) is not None:
+            self._prefill.close()  # type: ignore[union-attr]
+            self._prefill = None
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None

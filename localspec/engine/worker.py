@@ -24,6 +24,7 @@ from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
+from localspec.engine.prefill import attach_plain_prefill
 from localspec.engine.prompting import chat_template, offered_tools, prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
@@ -49,6 +50,8 @@ class EngineInfo:
     draft: str | None = None
     n_ctx: int = 0
     gpu_offload: bool = False
+    # Whether prompts are read by a plain (not repacked) copy of the weights (engine.prefill).
+    plain_prefill: bool = False
     methods: list[str] = field(default_factory=list)
     draft_error: str | None = None
     error: str | None = None
@@ -232,6 +235,10 @@ class Engine:
         check_model_file(cfg.target, cache_dir=self._folder(cfg.cache_dir, "cache"))
         self._target = LlamaModel(cfg.target, cfg.load, self._report("target"))
         self.info.n_ctx = self._target.n_ctx
+        prefill = attach_plain_prefill(self._target, self._folder(cfg.cache_dir, "cache"))
+        if prefill is not None:
+            log.info("%s: %s", cfg.target.name, prefill)
+        self.info.plain_prefill = self._target.plain_prefill
         self._template = chat_template(self._target)
         self.renderer.start()
         self.info.gpu_offload = gpu_offload_supported()

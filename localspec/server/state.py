@@ -199,6 +199,8 @@ class ModelState:
             "n_ctx": info.n_ctx,
             # Batch-invariant (--exact: bit-identical greedy output) or llama.cpp's own loading.
             "exact": self.engine.config.load.batch_invariant,
+            # Prompts read by a plain copy of the weights, generation by the repacked one.
+            "plain_prefill": info.plain_prefill,
             "gpu_offload": info.gpu_offload,
             "queue_depth": self.engine.queue_depth,
             "in_flight": len(self.server.active),

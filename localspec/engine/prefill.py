@@ -1,0 +1,76 @@
+"""Prompts read with plain weights, replies generated with repacked ones: the faster layout for each.
+
+llama.cpp repacks weights for its CPU kernels, which makes one-token decoding and short verifies
+fast; on the 2-core AVX-512 machine it also makes prompt evaluation slow: 152-160 prompt tok/s
+against 242-246 with the file's own layout (docs/benchmarks.md), for llama-server too. A second
+load of the same file without repacking (its weights are the file's pages, mmap'd and shared with
+the page cache: no second copy in anonymous memory) reads inputs of PREFILL_MIN tokens or more,
+and the repacked model takes the cache it fills over (LlamaModel.attach_prefill): the same
+positions, their values up to float rounding, as any other batch size's. Whether it pays depends
+on the CPU, so it is measured once per machine and model and cached next to the calibration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from pathlib import Path
+
+from localspec.engine.llama import LlamaModel, gpu_offload_supported
+
+MEASURE_TOKENS = 192
+ROUNDS = 2
+# The plain layout must read prompts this much faster to be worth its memory (its KV cache and
+# compute buffers, and the file's pages kept in memory).
+WORTH = 1.1
+
+
+def attach_plain_prefill(model: LlamaModel, cache_dir: Path) -> str | None:
+    """Attach a plain copy of `model`'s weights for reading prompts where that is faster here.
+
+    `model.options.plain_prefill`: True attaches it, False never, None where measured (or cached)
+    at least WORTH times faster. Returns one line on what was decided and why, or None where the
+    question does not arise (exact loading, no repacking, layers on a GPU).
+    """
+    options = model.options
+    if options.plain_prefill is False or model.exact or not model.repack or _on_gpu(model):
+        return None
+    plain = LlamaModel(model.path, replace(options, plain_prefill=False), repack=False)
+    if options.plain_prefill is None:
+        repacked_s, plain_s, how = _speeds(model, plain, cache_dir)
+        speedup = repacked_s / plain_s
+        if speedup < WORTH:
+            plain.close()
+            return f"prompts read with repacked weights: the plain layout is {speedup:.2f}x here ({how})"
+        line = f"prompts read with plain weights: {speedup:.2f}x faster than repacked here ({how})"
+    else:
+        line = "prompts read with plain weights (as set)"
+    model.attach_prefill(plain)
+    return line
+
+
+def _on_gpu(model: LlamaModel) -> bool:
+    gpu = model.options.gpu_layers
+    return gpu_offload_supported() and gpu != 0
+
+
+def _speeds(model: LlamaModel, plain: LlamaModel, cache_dir: Path) -> tuple[float, float, str]:
+    """Seconds to read MEASURE_TOKENS prompt tokens, repacked and plain: cached, or measured now."""
+    from localspec.auto.calibrate import _tokens, calibration_key, load_cached, store
+    from localspec.auto.costmodel import Curve
+    from localspec.errors import StorageError
+
+    key = {**calibration_key(model.path, model.options, ()), "prefill_tokens": MEASURE_TOKENS}
+    cached = load_cached(cache_dir, key)
+    if cached is not None and len(cached.seconds) == 2:
+        return cached.seconds[0], cached.seconds[1], "cached"
+    tokens = _tokens(model, MEASURE_TOKENS)
+    best = [float("inf"), float("inf")]
+    for _ in range(ROUNDS):  # in turns, so a burst of other load hits both
+        for i, m in enumerate((model, plain)):
+            m.reset()
+            best[i] = min(best[i], m.decode(tokens, 1))
+            m.reset()
+    with contextlib.suppress(StorageError):  # not saved: measured again next load
+        store(cache_dir, key, Curve((best[0], best[1])))
+    return best[0], best[1], f"measured on {MEASURE_TOKENS} tokens"
