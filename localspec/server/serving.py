@@ -19,10 +19,10 @@ from localspec.keepalive import parse_keep_alive
 from localspec.models.discovery import FoundModel, discover
 from localspec.models.gguf_info import read_gguf_info
 from localspec.paths import Paths
-from localspec.pickdraft.devices import DeviceMemory, detect_memory, parse_size
+from localspec.pickdraft.devices import DeviceMemory, parse_size
 from localspec.pickdraft.memplan import MemoryPlanError
 from localspec.resolve import model_serve_config
-from localspec.server.budget import Budget, Footprint, footprint
+from localspec.server.budget import Footprint, Probe, Room, footprint, live_memory
 from localspec.server.catalog import ModelCatalog, ServedModel
 from localspec.server.pool import Loadout, ModelPool, Resident
 from localspec.settings import Settings, load_settings
@@ -73,11 +73,15 @@ def build(
     options: ServeOptions,
     make_engine: Callable[[EngineConfig], Engine],
     alias: str,
-    device: DeviceMemory | None = None,
+    probe: Probe = live_memory,
 ) -> Served:
-    """Start loading the default model (`engine`) and set up the rest to load on demand. Blocking."""
+    """Start loading the default model (`engine`) and set up the rest to load on demand. Blocking.
+
+    `probe` reads the machine's memory: once here, for where each model's layers go, and again
+    at each load, for the room left.
+    """
     paths = Paths.from_env()
-    device = device or detect_memory()
+    device = probe()
     default = default_model(engine.target, engine.cache_dir)
 
     def scan() -> list[FoundModel]:
@@ -95,10 +99,11 @@ def build(
 
     settings = options.settings or load_settings()
     catalog = ModelCatalog(default, scan, alias)
-    budget = Budget.for_device(device, options.max_resident)
-    pool = ModelPool(prepare, make_engine, budget, keep_alive)
+    room = Room(probe, options.max_resident)
+    pool = ModelPool(prepare, make_engine, room, keep_alive)
     loadout = Loadout(engine, pick, _default_footprint(engine, device))
-    if not budget.fits(pool.used(), loadout.footprint):
+    budget = room.budget(Footprint())
+    if not budget.fits(Footprint(), loadout.footprint):
         raise budget.refuse(default.name, loadout.footprint)
     resident = pool.adopt(default, loadout, make_engine(engine))
     return Served(catalog, pool, resident)
