@@ -3,7 +3,7 @@
 The default model (--target, else the catalog's default) loads at start, as it always
 has; every other model `localspec models` finds loads on its first request, with the
 draft pinned for it in the settings (`drafts`) or, without a pin, the one pick-draft
-chooses for that target on this machine (worked out once per model and daemon).
+chooses for that target on this machine (saved per target and machine: pickdraft.saved).
 """
 
 from __future__ import annotations
