@@ -305,7 +305,22 @@ def test_a_model_that_cannot_fit_in_the_memory_free_now_is_refused_with_the_numb
         refused = chat(http, "big")
         assert refused.status_code == 400
         error = refused.json()["error"]
-        assert error["code"] == "insufficient_memory" and "big needs" in error["message"]
+        assert error["code"] == "insufficient_memory" and error["message"].startswith("big")
+        assert "need" in error["message"] and "GiB" in error["message"]  # with the numbers
         assert set(ps(http)) == {"alpha"}  # nothing unloaded for a model that could not fit
         machine.others = 0
         assert chat(http, "big").status_code == 200
+
+
+def test_the_daemons_own_model_loads_where_the_plan_says_it_does_not_fit(
+    serve: ServerFactory, folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As before many models: the plan is conservative, and the person chose this model; llama.cpp tries."""
+    machine = Machine(room=model_bytes(folder / "alpha.gguf") // 2)
+    with caplog.at_level("WARNING", logger="localspec.daemon"):
+        server = serve(Gates(), machine)
+    assert any("loading it anyway" in r.getMessage() for r in caplog.records)
+    with server.http() as http:
+        assert chat(http, "alpha").status_code == 200
+        refused = chat(http, "beta")  # an on-demand model gets the plan's word
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "insufficient_memory"

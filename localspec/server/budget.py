@@ -2,10 +2,10 @@
 
 A model's footprint is the memory plan's (pickdraft.memplan): weights, KV cache and
 compute buffers of the target and its draft, on the GPU and on the host, at the
-context the daemon loads with. The budget a load plans with is read when it loads
-(`Room.budget`): the memory free at that moment (reserves left aside) plus what the
-loaded models hold, so that evicting idle ones counts what it frees, and memory other
-processes took or freed since the daemon started is seen. The `max_resident` setting
+context the daemon loads with. A load plans with the machine as it is when it loads
+(`Room.alone`): the memory free at that moment plus what the loaded models hold, so
+that evicting idle ones counts what it frees, and memory other processes took or freed
+since the daemon started is seen (`Room.budget`: reserves left aside). The `max_resident` setting
 optionally caps the sum.
 """
 
@@ -97,16 +97,22 @@ class Room:
     probe: Probe
     cap: int | None = None
 
-    def budget(self, held: Footprint) -> Budget:
-        """What the models may take together now: the free memory plus what they hold (`held`).
+    def alone(self, held: Footprint) -> DeviceMemory:
+        """The machine as a load sees it: the memory free now plus what the loaded models hold.
 
-        Blocking (it probes the machine). `held` is the loaded models' footprints, which the
-        free memory no longer includes: a load that evicts them may use it again.
+        Blocking (it probes the machine). `held` is the loaded models' footprints, which the free
+        memory no longer includes: a load that evicts them may use it again. A model is planned
+        (where its layers go, whether it can fit at all) against this.
         """
         device = self.probe()
-        gpu, host = budgets(device)
         on_host = held.total if device.unified else held.host
-        return Budget(gpu + held.gpu, host + on_host, device.unified, self.cap, device.describe())
+        gpu_free = device.gpu_free + held.gpu if device.has_gpu else device.gpu_free
+        return replace(device, ram_available=device.ram_available + on_host, gpu_free=gpu_free)
+
+    def budget(self, device: DeviceMemory) -> Budget:
+        """What the models may take together on `device` (from `alone`), reserves left aside."""
+        gpu, host = budgets(device)
+        return Budget(gpu, host, device.unified, self.cap, device.describe())
 
 
 def live_memory() -> DeviceMemory:

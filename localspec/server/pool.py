@@ -29,7 +29,8 @@ from typing import Any
 from localspec.engine.config import EngineConfig
 from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError, ModelLoadError, OverloadedError
-from localspec.server.budget import Footprint, Room, size
+from localspec.pickdraft.devices import DeviceMemory
+from localspec.server.budget import Budget, Footprint, Room, size
 from localspec.server.catalog import ServedModel
 
 log = logging.getLogger("localspec.pool")
@@ -72,7 +73,8 @@ class Resident:
         return self.engine.info.status == "loading"
 
 
-Prepare = Callable[[ServedModel], Loadout]
+# Its engine config and footprint, planned on the machine as this load sees it (Room.alone).
+Prepare = Callable[[ServedModel, DeviceMemory], Loadout]
 MakeEngine = Callable[[EngineConfig], Engine]
 
 
@@ -188,8 +190,9 @@ class ModelPool:
                     await asyncio.to_thread(other.engine.wait_ready)
         self.loading = model.name
         try:
-            loadout = await self._loadout(model)
-            await self._make_room(model.name, loadout.footprint)
+            device = await asyncio.to_thread(self.room.alone, self.used())  # the memory free now
+            loadout = await self._loadout(model, device)
+            await self._make_room(model.name, loadout.footprint, self.room.budget(device))
             started = time.monotonic()
             engine = self._make_engine(loadout.config)
             res = Resident(model, engine, loadout, self._default_keep_alive(model))
@@ -207,20 +210,19 @@ class ModelPool:
         finally:
             self.loading = None
 
-    async def _loadout(self, model: ServedModel) -> Loadout:
+    async def _loadout(self, model: ServedModel, device: DeviceMemory) -> Loadout:
         """Its engine config and footprint: pick-draft for this target, once per daemon and model."""
         cached = self._loadouts.get(model.name)
         if cached is None:
             try:
-                cached = await asyncio.to_thread(self._prepare, model)
+                cached = await asyncio.to_thread(self._prepare, model, device)
             except LocalspecError as exc:
                 raise type(exc)(f"{model.name}: {exc.message}", param=exc.param) from None
             self._loadouts[model.name] = cached
         return cached
 
-    async def _make_room(self, name: str, need: Footprint) -> None:
+    async def _make_room(self, name: str, need: Footprint, budget: Budget) -> None:
         """Unload the least recently used idle models until `need` fits; refuse when it cannot."""
-        budget = await asyncio.to_thread(self.room.budget, self.used())  # the memory free now
         if not budget.fits(Footprint(), need):
             raise budget.refuse(name, need)
         while not budget.fits(self.used(), need):

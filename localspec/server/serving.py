@@ -77,8 +77,7 @@ def build(
 ) -> Served:
     """Start loading the default model (`engine`) and set up the rest to load on demand. Blocking.
 
-    `probe` reads the machine's memory: once here, for where each model's layers go, and again
-    at each load, for the room left.
+    `probe` reads the machine's memory: here for the default model, and again at each load.
     """
     paths = Paths.from_env()
     device = probe()
@@ -87,11 +86,11 @@ def build(
     def scan() -> list[FoundModel]:
         return discover(cache_dir=paths.cache_dir).models
 
-    def prepare(model: ServedModel) -> Loadout:
+    def prepare(model: ServedModel, now: DeviceMemory) -> Loadout:
         if model.path == default.path:
-            return Loadout(engine, pick, _default_footprint(engine, device))
+            return Loadout(engine, pick, _default_footprint(engine, now))
         config, why = model_serve_config(settings, model.path, draft_pin(options.pins, model), paths)
-        return Loadout(config, why, footprint(config, device))
+        return Loadout(config, why, footprint(config, now))
 
     def keep_alive(model: ServedModel) -> float | None:
         # The model the daemon was started for stays, as it always has, unless a request says otherwise.
@@ -102,9 +101,9 @@ def build(
     room = Room(probe, options.max_resident)
     pool = ModelPool(prepare, make_engine, room, keep_alive)
     loadout = Loadout(engine, pick, _default_footprint(engine, device))
-    budget = room.budget(Footprint())
-    if not budget.fits(Footprint(), loadout.footprint):
-        raise budget.refuse(default.name, loadout.footprint)
+    # The plan was applied above (and may be overruled for this model); a cap the person set is not.
+    if options.max_resident is not None and loadout.footprint.total > options.max_resident:
+        raise room.budget(device).refuse(default.name, loadout.footprint)
     resident = pool.adopt(default, loadout, make_engine(engine))
     return Served(catalog, pool, resident)
 
