@@ -26,7 +26,7 @@ from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.worker import Engine
 from localspec.paths import Paths
 from localspec.pickdraft.devices import GIB, DeviceMemory, cpu_only
-from localspec.pickdraft.memplan import HOST_RESERVE
+from localspec.pickdraft.memplan import HOST_RESERVE, MemoryPlanError
 from localspec.server.app import make_app
 from localspec.server.budget import footprint
 from localspec.server.config import ApiConfig
@@ -324,3 +324,10 @@ def test_the_daemons_own_model_loads_where_the_plan_says_it_does_not_fit(
         assert chat(http, "alpha").status_code == 200
         refused = chat(http, "beta")  # an on-demand model gets the plan's word
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "insufficient_memory"
+
+
+def test_max_resident_below_the_daemons_own_model_is_refused_at_start_with_the_numbers(
+    serve: ServerFactory, folder: Path
+) -> None:
+    with pytest.raises(MemoryPlanError, match=r"alpha needs .* MiB .*\(max_resident\)"):
+        serve(Gates(), max_resident=model_bytes(folder / "alpha.gguf") // 2)
