@@ -105,9 +105,10 @@ class Room:
         (where its layers go, whether it can fit at all) against this.
         """
         device = self.probe()
-        on_host = held.total if device.unified else held.host
+        if device.unified:  # one memory; the GPU's share is Metal's working set, a limit, not free memory
+            return replace(device, ram_available=device.ram_available + held.total)
         gpu_free = device.gpu_free + held.gpu if device.has_gpu else device.gpu_free
-        return replace(device, ram_available=device.ram_available + on_host, gpu_free=gpu_free)
+        return replace(device, ram_available=device.ram_available + held.host, gpu_free=gpu_free)
 
     def budget(self, device: DeviceMemory) -> Budget:
         """What the models may take together on `device` (from `alone`), reserves left aside."""
