@@ -68,14 +68,14 @@ def serve_config(
         return engine_config(settings, paths), None
     target = target_path(settings, paths)
     try:
-        picked, choice = _picked(settings, target, vram=vram, ram=ram)
+        picked, choice, saved = _picked(settings, target, vram=vram, ram=ram)
     except Exception as exc:  # the pick is advice: whatever breaks it, the daemon starts as it did before
         config = engine_config(settings, paths)
         why = exc.message if isinstance(exc, LocalspecError) else f"{type(exc).__name__}: {exc}"
         return config, f"{_loads(config)} — pick-draft failed ({why}); the catalog's pairing applies"
     config = _config(picked, paths, target, picked.draft)
     chose = choice.draft.name if choice.draft else choice.method
-    expected = f"expected {choice.expected_speedup:.2f}x"
+    expected = f"expected {choice.expected_speedup:.2f}x" + ("; saved for this machine" if saved else "")
     return config, f"{_loads(config)} — pick-draft chose {chose} ({expected}): {choice.reason}"
 
 
@@ -103,19 +103,30 @@ def model_serve_config(
 
 def _picked(
     settings: Settings, target: Path, *, vram: int | None, ram: int | None
-) -> tuple[Settings, Choice]:
-    from localspec.pickdraft.machine import pick_for_machine
+) -> tuple[Settings, Choice, bool]:
+    """pick-draft's choice applied to `settings`, and whether it was saved earlier for this machine."""
+    from localspec.pickdraft.machine import choose_for_machine, pick_for_machine
     from localspec.pickdraft.rank import apply_choice, choose
 
+    draft_only = settings.method == "draft"
+    if vram is None and ram is None:  # this machine as it is: its choice is saved per target
+        choice, saved = choose_for_machine(
+            target,
+            n_ctx=settings.n_ctx,
+            kv_type=settings.kv_type,
+            repack=not settings.exact,
+            draft_only=draft_only,
+        )
+        return apply_choice(settings, choice), choice, saved
     result = pick_for_machine(
         target, n_ctx=settings.n_ctx, kv_type=settings.kv_type, vram=vram, ram=ram, repack=not settings.exact
     )
     choice = result.choice
-    if settings.method == "draft" and choice.method != "draft":
+    if draft_only and choice.method != "draft":
         # The person asked for a draft model: the fastest usable one, even where it is not expected to pay.
         drafts = [c for c in result.candidates if c.usable and c.method == "draft"]
         choice = choose(drafts) if drafts else choice
-    return apply_choice(settings, choice), choice
+    return apply_choice(settings, choice), choice, False
 
 
 def _loads(config: EngineConfig) -> str:

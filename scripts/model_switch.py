@@ -8,13 +8,15 @@ keep_alive 0), then one streamed chat of 8 tokens (cold: the request waits for t
 same again (warm). Reports the load time the daemon measured (/api/ps), the time to the first
 streamed token both ways, the memory the plan counts for the model (/api/ps `size`) and how much
 the daemon's resident memory grew while it loaded (psutil). Other models may be unloaded to make
-room: the budget decides, as it would for any client. Prints a Markdown table (or JSON).
+room: the budget decides, as it would for any client. Prints a Markdown table (or JSON) on stdout,
+and each step as it goes on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,33 @@ from localspec.process.pidfile import daemon_pid, pid_file_for
 
 CHAT = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 MIB = 1 << 20
+WAIT_S = 600.0  # for the daemon's first load, and for an unload to show in /api/ps
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def wait_ready(http: httpx.Client) -> None:
+    """The daemon may still be loading its own model (run right after `localspec serve &`)."""
+    deadline = time.monotonic() + WAIT_S
+    while (health := http.get("/health").json())["status"] != "ready":
+        if health["status"] == "failed" or time.monotonic() > deadline:
+            raise SystemExit(f"the daemon is not ready: {health}")
+        time.sleep(0.2)
+
+
+def loaded(http: httpx.Client) -> dict[str, dict[str, Any]]:
+    return {m["name"].removesuffix(":latest"): m for m in http.get("/api/ps").json()["models"]}
+
+
+def unload(http: httpx.Client, model: str) -> None:
+    http.post("/api/generate", json={"model": model, "prompt": "", "keep_alive": 0}).raise_for_status()
+    deadline = time.monotonic() + WAIT_S
+    while model in loaded(http):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{model} was asked to unload (keep_alive 0) and is still in /api/ps")
+        time.sleep(0.05)
 
 
 def first_token_s(http: httpx.Client, model: str) -> float:
@@ -41,17 +70,21 @@ def first_token_s(http: httpx.Client, model: str) -> float:
 
 
 def measure(http: httpx.Client, daemon: psutil.Process, model: str) -> dict[str, Any]:
-    http.post("/api/generate", json={"model": model, "prompt": "", "keep_alive": 0}).raise_for_status()
-    while any(m["name"].removesuffix(":latest") == model for m in http.get("/api/ps").json()["models"]):
-        time.sleep(0.05)
+    say(f"{model}: unloading it")
+    unload(http, model)
     rss_before = daemon.memory_info().rss
+    say(f"{model}: cold request (waits for the load)")
     cold = first_token_s(http, model)
     rss_after = daemon.memory_info().rss
+    say(f"{model}: first token after {cold:.2f}s; warm request")
     warm = first_token_s(http, model)
-    ps = {m["name"].removesuffix(":latest"): m for m in http.get("/api/ps").json()["models"]}[model]
+    ps = loaded(http).get(model)
+    if ps is None:
+        raise SystemExit(f"{model} answered but is not in /api/ps: name it as /v1/models does")
+    say(f"{model}: first token after {warm:.2f}s; loaded in {ps.get('load_seconds')}s")
     return {
         "model": model,
-        "draft": ps.get("draft"),
+        "draft": ps.get("draft") or ps.get("method"),
         "load_s": ps.get("load_seconds"),
         "ttft_cold_s": round(cold, 3),
         "ttft_warm_s": round(warm, 3),
@@ -72,15 +105,17 @@ def main() -> None:
     daemon = psutil.Process(daemon_pid(pid_file_for(socket_path)) or 0)
     transport = httpx.HTTPTransport(uds=str(socket_path))
     with httpx.Client(transport=transport, base_url="http://localhost", timeout=600) as http:
+        wait_ready(http)
         names = args.models or [m["id"] for m in http.get("/v1/models").json()["data"]]
+        say(f"{len(names)} models: {', '.join(names)}")
         rows = [measure(http, daemon, name) for name in names]
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print("| model | draft | load s | TTFT cold s | TTFT warm s | plan MiB | RSS growth MiB |")
+    print("| model | draft or method | load s | TTFT cold s | TTFT warm s | plan MiB | RSS growth MiB |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        cells = [r["model"], r["draft"] or "none", r["load_s"], r["ttft_cold_s"], r["ttft_warm_s"]]
+        cells = [r["model"], r["draft"], r["load_s"], r["ttft_cold_s"], r["ttft_warm_s"]]
         print("| " + " | ".join(str(c) for c in [*cells, r["plan_mib"], r["rss_growth_mib"]]) + " |")
 
 

@@ -15,8 +15,9 @@ from localspec.errors import ConfigError, ModelNotFoundError, UserInputError
 from localspec.keepalive import describe_keep_alive, parse_keep_alive
 from localspec.models.discovery import FoundModel
 from localspec.models.gguf_info import read_gguf_info
-from localspec.pickdraft.devices import GIB, MIB, cpu_only
-from localspec.server.budget import Budget, Footprint
+from localspec.pickdraft.devices import GIB, MIB, apple, cpu_only, nvidia
+from localspec.pickdraft.memplan import HOST_RESERVE
+from localspec.server.budget import Budget, Footprint, Room
 from localspec.server.catalog import ModelCatalog, ServedModel, build_catalog
 from localspec.settings import load_settings
 
@@ -125,3 +126,14 @@ def test_the_budget_counts_the_sum_and_the_cap() -> None:
     assert not gpu.fits(Footprint(gpu=6 * GIB), Footprint(gpu=3 * GIB))
     unified = Budget(gpu=8 * GIB, host=10 * GIB, unified=True)
     assert not unified.fits(Footprint(gpu=6 * GIB), Footprint(gpu=1 * GIB, host=4 * GIB))
+
+
+def test_a_load_sees_the_memory_free_now_plus_what_the_loaded_models_hold() -> None:
+    held = Footprint(gpu=2 * GIB, host=1 * GIB)
+    gpu = Room(lambda: nvidia(24 * GIB, 32 * GIB, vram_free=10 * GIB)).alone(held)
+    assert (gpu.gpu_free, gpu.ram_available) == (12 * GIB, 33 * GIB)
+    mac = Room(lambda: apple(32 * GIB, ram_available=20 * GIB)).alone(held)
+    assert (mac.gpu_free, mac.ram_available) == (apple(32 * GIB).gpu_free, 23 * GIB)
+    cpu = Room(lambda: cpu_only(16 * GIB, 5 * GIB), cap=100 * MIB)
+    budget = cpu.budget(cpu.alone(held))
+    assert budget.host == 5 * GIB + 1 * GIB - HOST_RESERVE and budget.cap == 100 * MIB

@@ -14,7 +14,7 @@ from pathlib import Path
 from localspec.auto.costmodel import Curve
 from localspec.engine.config import LoadOptions
 from localspec.paths import Paths
-from localspec.pickdraft.rank import PickResult, pick_draft
+from localspec.pickdraft.rank import Choice, PickResult, choose, pick_draft
 
 
 def cached_curves(result: PickResult, cache_dir: Path | None = None) -> dict[Path, Curve]:
@@ -66,3 +66,36 @@ def pick_for_machine(
     if not curves:
         return result
     return pick(repack=repack, curves=curves)
+
+
+def choose_for_machine(
+    target: Path,
+    *,
+    n_ctx: int = 4096,
+    kv_type: str = "f16",
+    repack: bool | None = None,
+    draft_only: bool = False,
+    cache_dir: Path | None = None,
+) -> tuple[Choice, bool]:
+    """pick-draft's choice for `target` on this machine, and whether it was the one saved earlier.
+
+    The choice saved for this target and machine (pickdraft.saved) while nothing it depends
+    on has changed; else a fresh fast-path pick, saved. `draft_only`: the person asked for a
+    draft model, so the fastest usable one wins, even where it is not expected to pay.
+    """
+    from localspec.pickdraft.devices import detect_memory
+    from localspec.pickdraft.saved import load_choice, pick_key, save_choice
+
+    cache = cache_dir or Paths.from_env().cache_dir
+    plan = {"n_ctx": n_ctx, "kv_type": kv_type, "repack": repack, "draft_only": draft_only}
+    key = pick_key(target, detect_memory(), plan, cache)
+    saved = load_choice(cache, key)
+    if saved is not None:
+        return saved, True
+    result = pick_for_machine(target, n_ctx=n_ctx, kv_type=kv_type, repack=repack)
+    choice = result.choice
+    if draft_only and choice.method != "draft":
+        drafts = [c for c in result.candidates if c.usable and c.method == "draft"]
+        choice = choose(drafts) if drafts else choice
+    save_choice(cache, key, choice)
+    return choice, False

@@ -2,19 +2,22 @@
 
 A model's footprint is the memory plan's (pickdraft.memplan): weights, KV cache and
 compute buffers of the target and its draft, on the GPU and on the host, at the
-context the daemon loads with. The budget is the plan's for this machine as it was
-when the daemon started (free RAM and GPU memory, reserves left aside), optionally
-capped by the `max_resident` setting. Memory other processes take or free later is
-not tracked: the budget is a plan, not a probe.
+context the daemon loads with. A load plans with the machine as it is when it loads
+(`Room.alone`): the memory free at that moment plus what the loaded models hold, so
+that evicting idle ones counts what it frees, and memory other processes took or freed
+since the daemon started is seen (`Room.budget`: reserves left aside). The `max_resident` setting
+optionally caps the sum.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from localspec.engine.config import EngineConfig
-from localspec.pickdraft.devices import GIB, MIB, DeviceMemory
+from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, detect_memory
 from localspec.pickdraft.memplan import MemoryPlanError, ModelShape, budgets, plan_memory
 
 # The planner's per-step drafts when the config leaves k to the method (auto may draft up to 15).
@@ -82,6 +85,58 @@ class Budget:
             f"of the model and its draft) but the loaded models may take at most {self.describe()}; "
             "raise max_resident, lower --ctx, use a q8_0 KV cache or pin no draft for it"
         )
+
+
+Probe = Callable[[], DeviceMemory]
+
+
+@dataclass(frozen=True)
+class Room:
+    """Where each load's budget comes from: the machine's memory, read when the model loads."""
+
+    probe: Probe
+    cap: int | None = None
+
+    def alone(self, held: Footprint) -> DeviceMemory:
+        """The machine as a load sees it: the memory free now plus what the loaded models hold.
+
+        Blocking (it probes the machine). `held` is the loaded models' footprints, which the free
+        memory no longer includes: a load that evicts them may use it again. A model is planned
+        (where its layers go, whether it can fit at all) against this.
+        """
+        device = self.probe()
+        if device.unified:  # one memory; the GPU's share is Metal's working set, a limit, not free memory
+            return replace(device, ram_available=device.ram_available + held.total)
+        gpu_free = device.gpu_free + held.gpu if device.has_gpu else device.gpu_free
+        return replace(device, ram_available=device.ram_available + held.host, gpu_free=gpu_free)
+
+    def budget(self, device: DeviceMemory) -> Budget:
+        """What the models may take together on `device` (from `alone`), reserves left aside."""
+        gpu, host = budgets(device)
+        return Budget(gpu, host, device.unified, self.cap, device.describe())
+
+
+def live_memory() -> DeviceMemory:
+    """This machine's memory now, less the model files this process maps.
+
+    llama.cpp maps weights from their files; the kernel counts those pages as available
+    (they could be dropped and read again), yet they are in use by the loaded models,
+    whose footprints are counted in full beside the free memory.
+    """
+    device = detect_memory()
+    return replace(device, ram_available=max(0, device.ram_available - _mapped_file_bytes()))
+
+
+def _mapped_file_bytes() -> int:
+    """This process's resident file-backed pages (RssFile; Linux only, 0 elsewhere)."""
+    try:
+        with open(f"/proc/{os.getpid()}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def footprint(config: EngineConfig, device: DeviceMemory) -> Footprint:

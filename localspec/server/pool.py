@@ -9,8 +9,9 @@ two concurrent decodes each run at about half speed: that is the hardware's limi
 
 Loads are serialised (one `_load_lock`): two models loading at once would each take
 the whole machine's bandwidth and could both pass the memory check before either
-was counted. A model that does not fit beside the others unloads the least recently
-used idle ones first; one that cannot fit even alone is refused with the numbers.
+was counted. Each load plans with the memory free when it starts (server.budget.Room):
+a model that does not fit beside the others unloads the least recently used idle
+ones first; one that cannot fit even alone is refused with the numbers.
 After its last request a model stays loaded for its keep_alive (Ollama's: 0 unloads
 at once, None stays until the daemon stops), then unloads.
 """
@@ -28,7 +29,8 @@ from typing import Any
 from localspec.engine.config import EngineConfig
 from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError, ModelLoadError, OverloadedError
-from localspec.server.budget import Budget, Footprint, size
+from localspec.pickdraft.devices import DeviceMemory
+from localspec.server.budget import Budget, Footprint, Room, size
 from localspec.server.catalog import ServedModel
 
 log = logging.getLogger("localspec.pool")
@@ -71,7 +73,8 @@ class Resident:
         return self.engine.info.status == "loading"
 
 
-Prepare = Callable[[ServedModel], Loadout]
+# Its engine config and footprint, planned on the machine as this load sees it (Room.alone).
+Prepare = Callable[[ServedModel, DeviceMemory], Loadout]
 MakeEngine = Callable[[EngineConfig], Engine]
 
 
@@ -82,12 +85,12 @@ class ModelPool:
         self,
         prepare: Prepare,
         make_engine: MakeEngine,
-        budget: Budget,
+        room: Room,
         keep_alive: Callable[[ServedModel], float | None],
     ) -> None:
         self._prepare = prepare
         self._make_engine = make_engine
-        self.budget = budget
+        self.room = room
         self._default_keep_alive = keep_alive
         self.resident: dict[str, Resident] = {}
         self._loadouts: dict[str, Loadout] = {}
@@ -145,10 +148,14 @@ class ModelPool:
         res = self.resident.get(name)
         if res is None:
             return False
-        if res.busy or res.loading:
-            res.unload_when_idle = True  # it goes as soon as its requests end
-            return True
-        await self._unload(res, "asked to")
+        res.unload_when_idle = True  # it goes once loaded and idle; a later request cancels this
+        if res.loading:
+            # Wait for the load: nothing else would act on the flag for a model loading at start
+            # (no request holds it, so no release schedules its unload), and it stayed forever.
+            with contextlib.suppress(LocalspecError):  # a failed load is gone (or ends the daemon)
+                await asyncio.to_thread(res.engine.wait_ready)
+        if self.resident.get(name) is res and res.unload_when_idle and not res.busy:
+            await self._unload(res, "asked to")
         return True
 
     def close(self) -> None:
@@ -183,8 +190,9 @@ class ModelPool:
                     await asyncio.to_thread(other.engine.wait_ready)
         self.loading = model.name
         try:
-            loadout = await self._loadout(model)
-            await self._make_room(model.name, loadout.footprint)
+            device = await asyncio.to_thread(self.room.alone, self.used())  # the memory free now
+            loadout = await self._loadout(model, device)
+            await self._make_room(model.name, loadout.footprint, self.room.budget(device))
             started = time.monotonic()
             engine = self._make_engine(loadout.config)
             res = Resident(model, engine, loadout, self._default_keep_alive(model))
@@ -202,28 +210,28 @@ class ModelPool:
         finally:
             self.loading = None
 
-    async def _loadout(self, model: ServedModel) -> Loadout:
+    async def _loadout(self, model: ServedModel, device: DeviceMemory) -> Loadout:
         """Its engine config and footprint: pick-draft for this target, once per daemon and model."""
         cached = self._loadouts.get(model.name)
         if cached is None:
             try:
-                cached = await asyncio.to_thread(self._prepare, model)
+                cached = await asyncio.to_thread(self._prepare, model, device)
             except LocalspecError as exc:
                 raise type(exc)(f"{model.name}: {exc.message}", param=exc.param) from None
             self._loadouts[model.name] = cached
         return cached
 
-    async def _make_room(self, name: str, need: Footprint) -> None:
+    async def _make_room(self, name: str, need: Footprint, budget: Budget) -> None:
         """Unload the least recently used idle models until `need` fits; refuse when it cannot."""
-        if not self.budget.fits(Footprint(), need):
-            raise self.budget.refuse(name, need)
-        while not self.budget.fits(self.used(), need):
+        if not budget.fits(Footprint(), need):
+            raise budget.refuse(name, need)
+        while not budget.fits(self.used(), need):
             idle = sorted((r for r in self.resident.values() if not r.busy), key=lambda r: r.last_used)
             if not idle:
                 busy = ", ".join(self.resident)
                 raise OverloadedError(
                     f"{name} needs {size(need.total)} and the busy models ({busy}) leave too little of "
-                    f"{self.budget.describe()}; retry when their requests end"
+                    f"{budget.describe()}; retry when their requests end"
                 )
             await self._unload(idle[0], f"to make room for {name}")
 

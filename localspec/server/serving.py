@@ -3,7 +3,7 @@
 The default model (--target, else the catalog's default) loads at start, as it always
 has; every other model `localspec models` finds loads on its first request, with the
 draft pinned for it in the settings (`drafts`) or, without a pin, the one pick-draft
-chooses for that target on this machine (worked out once per model and daemon).
+chooses for that target on this machine (saved per target and machine: pickdraft.saved).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from localspec.keepalive import parse_keep_alive
 from localspec.models.discovery import FoundModel, discover
 from localspec.models.gguf_info import read_gguf_info
 from localspec.paths import Paths
-from localspec.pickdraft.devices import DeviceMemory, detect_memory, parse_size
+from localspec.pickdraft.devices import DeviceMemory, parse_size
 from localspec.pickdraft.memplan import MemoryPlanError
 from localspec.resolve import model_serve_config
-from localspec.server.budget import Budget, Footprint, footprint
+from localspec.server.budget import Footprint, Probe, Room, footprint, live_memory
 from localspec.server.catalog import ModelCatalog, ServedModel
 from localspec.server.pool import Loadout, ModelPool, Resident
 from localspec.settings import Settings, load_settings
@@ -73,21 +73,24 @@ def build(
     options: ServeOptions,
     make_engine: Callable[[EngineConfig], Engine],
     alias: str,
-    device: DeviceMemory | None = None,
+    probe: Probe = live_memory,
 ) -> Served:
-    """Start loading the default model (`engine`) and set up the rest to load on demand. Blocking."""
+    """Start loading the default model (`engine`) and set up the rest to load on demand. Blocking.
+
+    `probe` reads the machine's memory: here for the default model, and again at each load.
+    """
     paths = Paths.from_env()
-    device = device or detect_memory()
+    device = probe()
     default = default_model(engine.target, engine.cache_dir)
 
     def scan() -> list[FoundModel]:
         return discover(cache_dir=paths.cache_dir).models
 
-    def prepare(model: ServedModel) -> Loadout:
+    def prepare(model: ServedModel, now: DeviceMemory) -> Loadout:
         if model.path == default.path:
-            return Loadout(engine, pick, _default_footprint(engine, device))
+            return Loadout(engine, pick, _default_footprint(engine, now))
         config, why = model_serve_config(settings, model.path, draft_pin(options.pins, model), paths)
-        return Loadout(config, why, footprint(config, device))
+        return Loadout(config, why, footprint(config, now))
 
     def keep_alive(model: ServedModel) -> float | None:
         # The model the daemon was started for stays, as it always has, unless a request says otherwise.
@@ -95,11 +98,12 @@ def build(
 
     settings = options.settings or load_settings()
     catalog = ModelCatalog(default, scan, alias)
-    budget = Budget.for_device(device, options.max_resident)
-    pool = ModelPool(prepare, make_engine, budget, keep_alive)
+    room = Room(probe, options.max_resident)
+    pool = ModelPool(prepare, make_engine, room, keep_alive)
     loadout = Loadout(engine, pick, _default_footprint(engine, device))
-    if not budget.fits(pool.used(), loadout.footprint):
-        raise budget.refuse(default.name, loadout.footprint)
+    # The plan was applied above (and may be overruled for this model); a cap the person set is not.
+    if options.max_resident is not None and loadout.footprint.total > options.max_resident:
+        raise room.budget(device).refuse(default.name, loadout.footprint)
     resident = pool.adopt(default, loadout, make_engine(engine))
     return Served(catalog, pool, resident)
 
