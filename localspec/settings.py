@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         "alone, slower on the CPU. False (default, --fast): llama.cpp's own loading, the target's "
         "distribution, greedy output identical up to float rounding, as llama.cpp's speculation is.",
     )
+    rpc: str | None = Field(
+        None,
+        description="RPC workers (`localspec rpc-worker`) that hold the target's layers, as "
+        "HOST:PORT[,HOST:PORT]; the draft stays on this machine. Default: none (all local).",
+    )
     socket: Path | None = Field(None, description="Unix socket path for serve; default: runtime dir.")
     tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")
     token: str | None = Field(None, description="Bearer token required on TCP (always for non-loopback).")
@@ -83,6 +88,18 @@ class Settings(BaseSettings):
         except LocalspecError as exc:
             raise ValueError(exc.message) from None
         return value
+
+    @field_validator("rpc")
+    @classmethod
+    def _rpc(cls, value: str | None) -> str | None:
+        from localspec.engine.rpc import parse_endpoints
+
+        if value is None or not value.strip():
+            return None
+        try:
+            return ",".join(parse_endpoints(value))
+        except LocalspecError as exc:
+            raise ValueError(exc.message) from None
 
     @field_validator("max_resident")
     @classmethod

@@ -40,6 +40,9 @@ class LoadOptions:
     kv_type: str = "f16"
     n_batch: int = 512
     batch_invariant: bool = False
+    # RPC workers ('host:port') that hold the model's layers (`--rpc`); the engine loads its
+    # drafts without them, so they stay on this machine.
+    rpc: tuple[str, ...] = ()
 
 
 # The largest batch that rounds exactly like one-token decoding with batch_invariant loading on the

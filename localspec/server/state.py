@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.types import Scope
 
 from localspec import __version__
+from localspec.engine.rpc import worker_states
 from localspec.engine.worker import Event, Handle
 from localspec.errors import DaemonError, LocalspecError
 from localspec.models.gguf_info import GGUFInfo
@@ -109,12 +111,20 @@ class ServerState:
         default = self.default
         if status == "failed" and default is not None:
             body["error"] = default.engine.info.error
+        body |= self._rpc_workers()
         if status != "ready":
             return body | {"loading": self.pool.loading or self.model_name}
         body |= {"model": self.model_name, "loading": self.pool.loading, "models": self.loaded()}
         if default is None or default.engine.info.status != "ready":
             return body | {"in_flight": len(self.active), "uptime_s": round(time.time() - self.started, 3)}
         return body | ModelState(self, default).health()
+
+    def _rpc_workers(self) -> dict[str, Any]:
+        """{"rpc_workers": [{"endpoint", "up", "error"}]} for the loaded targets' RPC workers, asked now."""
+        endpoints = self.pool.rpc_endpoints()
+        if not endpoints:
+            return {}
+        return {"rpc_workers": [asdict(s) for s in worker_states(endpoints, timeout=0.5)]}
 
     def loaded(self) -> list[dict[str, Any]]:
         """The loaded and loading models, for /health and /api/ps."""
