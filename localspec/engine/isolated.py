@@ -86,6 +86,9 @@ class IsolatedEngine(Engine):
         self._send_lock = threading.Lock()
         self._closing = False
         self._proc, self._reader, self._writer = _spawn(config)
+        self._last_words = ""
+        self._relay = threading.Thread(target=self._relay_output, name="localspec-isolated-log", daemon=True)
+        self._relay.start()
         self._thread = threading.Thread(target=self._listen, name="localspec-isolated", daemon=True)
         self._thread.start()
 
@@ -135,7 +138,11 @@ class IsolatedEngine(Engine):
             self._proc.kill()
             self._proc.wait()
         self._thread.join(5.0)
+        self._relay.join(5.0)
         self._fail_pending(LocalspecError("the engine is shutting down; the request was not run"))
+        for end in (self._writer, self._reader, self._proc.stdout):
+            if end is not None:
+                end.close()
         self.info.status = "closed"
 
     # --- the pipe ---------------------------------------------------------------------
@@ -158,6 +165,15 @@ class IsolatedEngine(Engine):
     def _ask(self, name: str, arg: Any) -> Any:
         job = next(self._ids)
         return self._request(("call", job, name, arg), job)
+
+    def _relay_output(self) -> None:
+        """The child's output to our log; its last line says why it stopped, if it aborted."""
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                log.info("engine process: %s", line)
+                self._last_words = line
 
     def _listen(self) -> None:
         while True:
@@ -205,8 +221,8 @@ class IsolatedEngine(Engine):
         code = self._proc.wait()
         if self._closing:
             return
-        why = death_reason(self.config.load.rpc, code)
-        log.error("%s", why)
+        why = death_reason(self.config.load.rpc, code, self._last_words)
+        log.info("%s", why)  # each request in flight gets it as its error; /health shows the workers
         self.info.status, self.info.error = "failed", why
         self._ready.set()
         self._fail_pending(RpcWorkerError(why))
@@ -218,10 +234,13 @@ class IsolatedEngine(Engine):
             self._answer(job, None, error)
 
 
-def death_reason(endpoints: tuple[str, ...], code: int) -> str:
+def death_reason(endpoints: tuple[str, ...], code: int, last_words: str = "") -> str:
     """Why the engine's child stopped, naming the workers that are down now."""
     down = [s.endpoint for s in worker_states(endpoints) if not s.up]
     how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    # ggml's abort message, without the source path before it: "…/ggml-rpc.cpp:566: Remote RPC …".
+    said = last_words.rsplit(": ", 1)[-1] if ".cpp:" in last_words else ""
+    how += f": {said}" if said else ""
     if down:
         return (
             f"the RPC worker at {', '.join(down)} is down (the engine process ended with {how}); "
@@ -234,9 +253,16 @@ def _spawn(config: EngineConfig) -> tuple[subprocess.Popen[bytes], Connection, C
     """Start the child with a pipe each way; send it the config."""
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
+    # Its output (llama.cpp's messages; nothing else writes there) goes to our log, not to our
+    # stdout, which `generate` prints the answer on. An abort here is a worker gone, not a bug:
+    # no backtrace (ggml would attach gdb to print one).
     proc = subprocess.Popen(
         [sys.executable, "-m", "localspec.engine.engine_child", str(to_child_r), str(from_child_w)],
         pass_fds=(to_child_r, from_child_w),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=os.environ | {"GGML_NO_BACKTRACE": "1"},
     )
     os.close(to_child_r)
     os.close(from_child_w)

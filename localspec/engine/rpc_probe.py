@@ -44,10 +44,10 @@ def main(endpoints: Sequence[str]) -> int:
     from localspec.engine.rpc import check_reachable, unsupported
 
     try:
-        if not ggml_backend.rpc_supported():
-            raise unsupported()
         for endpoint in endpoints:
             check_reachable(endpoint)
+        if not ggml_backend.rpc_supported():
+            raise unsupported()
         memory = ggml_backend.worker_memory(endpoints)
     except LocalspecError as exc:
         print(json.dumps({"error": exc.message}))
