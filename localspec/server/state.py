@@ -120,11 +120,26 @@ class ServerState:
         return body | ModelState(self, default).health()
 
     def _rpc_workers(self) -> dict[str, Any]:
-        """{"rpc_workers": [{"endpoint", "up", "error"}]} for the loaded targets' RPC workers, asked now."""
+        """{"rpc_workers": [{"endpoint", "up", "error", "in_use"}]} for the targets' RPC workers.
+
+        A worker serves one client at a time and queues at most a connection or two (llama.cpp
+        listens with a backlog of 1): probing one that a live engine holds would fill its queue
+        and time out. So a worker held by a live engine is up (when it dies, the engine dies at
+        its next step and the worker is probed from then on); the others are probed now.
+        """
         endpoints = self.pool.rpc_endpoints()
         if not endpoints:
             return {}
-        return {"rpc_workers": [asdict(s) for s in worker_states(endpoints, timeout=0.5)]}
+        live = [r for r in self.pool.resident.values() if r.engine.info.status in ("loading", "ready")]
+        held = {e for res in live for e in res.loadout.config.load.rpc}
+        probed = {s.endpoint: asdict(s) for s in worker_states([e for e in endpoints if e not in held], 0.5)}
+        held_state = {"up": True, "error": None}
+        return {
+            "rpc_workers": [
+                {"endpoint": e, "in_use": e in held} | (held_state if e in held else probed[e])
+                for e in endpoints
+            ]
+        }
 
     def loaded(self) -> list[dict[str, Any]]:
         """The loaded and loading models, for /health and /api/ps."""
