@@ -107,6 +107,22 @@ def test_a_second_worker_on_a_port_in_use_says_so(tmp_path: Path, workers: list[
     assert f"port {workers[0].port} on 127.0.0.1 is in use" in done.stderr
 
 
+def test_pick_draft_plans_the_target_on_the_workers(
+    tmp_path: Path, workers: list[Worker], tiny_target: Path
+) -> None:
+    from localspec.models.gguf_info import read_gguf_info
+
+    rpc = ",".join(w.endpoint for w in workers)
+    done = run_cli(tmp_path, "pick-draft", "--target", str(tiny_target), "--rpc", rpc)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("rpc: "))
+    n_layers = read_gguf_info(tiny_target).n_layers
+    # Both workers report the same free memory (one machine): the blocks and the output split evenly.
+    assert f"(layer {n_layers} is the output layer)" in line
+    assert f"{workers[0].endpoint}: layers 0-" in line and f"{workers[1].endpoint}: layers " in line
+    assert "does not fit" not in line
+
+
 def test_calibration_is_keyed_by_the_workers(tiny_target: Path) -> None:
     from localspec.auto.calibrate import calibration_key
 
@@ -157,6 +173,8 @@ def test_a_worker_killed_mid_request_ends_that_request_and_the_daemon_carries_on
         assert f"the RPC worker at {second.endpoint} is down" in tail and '"rpc_worker"' in tail, tail
         assert daemon.proc.poll() is None, daemon.log()
         assert _workers_health(daemon) == {first.endpoint: True, second.endpoint: False}
+        status = run_cli(daemon.home, "status").stdout
+        assert f"rpc worker {second.endpoint}: DOWN (cannot reach" in status, status
         refused = _chat(daemon, 4)  # the model reloads, and cannot while the worker is down
         assert refused.status_code >= 500
         assert f"cannot reach the RPC worker at {second.endpoint}" in refused.json()["error"]["message"]

@@ -57,7 +57,10 @@ def plan_workers(
 
 def describe_workers(shares: Sequence[WorkerShare]) -> str:
     """One line for the load log, pick-draft and status: who holds which layers, and whether it fits."""
-    text = "target on RPC workers: " + "; ".join(s.describe() for s in shares)
+    output = sum(s.n_layers for s in shares) - 1  # llama.cpp numbers the output layer after the blocks
+    text = f"target on RPC workers (layer {output} is the output layer): " + "; ".join(
+        s.describe() for s in shares
+    )
     short = [s.endpoint for s in shares if not s.fits]
     return text + (f" — does not fit on {', '.join(short)}" if short else "")
 
