@@ -75,6 +75,24 @@ def test_generation_on_two_workers_is_the_local_generation(
     assert len(want["none"]) == 48
 
 
+def test_cancel_reaches_the_engine_process_and_it_serves_on(workers: list[Worker], tiny_target: Path) -> None:
+    endpoints = tuple(w.endpoint for w in workers)
+    config = replace(
+        _config(tiny_target, None, exact=False, rpc=endpoints),
+        load=LoadOptions(n_ctx=4096, n_threads=1, rpc=endpoints),
+    )
+    with open_engine(config) as engine:
+        engine.wait_ready(120)
+        handle = engine.submit(GenerationRequest(prompt="if x > 0:\n    print(x)\nelse:", max_tokens=4000))
+        chunks = iter(handle)
+        next(chunks)
+        handle.cancel()
+        rest = list(chunks)
+        assert handle.result is not None and handle.result.finish_reason == "cancelled"
+        assert len(handle.result.token_ids) < 4000 and len(rest) < 3000
+        assert len(_tokens(engine, "none", 4)) == 4
+
+
 def test_a_refused_connection_fails_the_load_naming_the_worker(tiny_target: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -83,9 +84,13 @@ class IsolatedEngine(Engine):
         self._ids = itertools.count(1)
         self._handles: dict[int, _ProxyHandle] = {}
         self._calls: dict[int, _Call] = {}
-        self._send_lock = threading.Lock()
+        # Messages go out through a queue and one writer thread: cancel() and the renderer's
+        # interrupt() run in the daemon's signal handler, which must never wait on a lock.
+        self._outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._closing = False
         self._proc, self._reader, self._writer = _spawn(config)
+        self._sender = threading.Thread(target=self._write, name="localspec-isolated-send", daemon=True)
+        self._sender.start()
         self._last_words = ""
         self._relay = threading.Thread(target=self._relay_output, name="localspec-isolated-log", daemon=True)
         self._relay.start()
@@ -137,6 +142,8 @@ class IsolatedEngine(Engine):
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        self._outbox.put(None)
+        self._sender.join(5.0)
         self._thread.join(5.0)
         self._relay.join(5.0)
         self._fail_pending(LocalspecError("the engine is shutting down; the request was not run"))
@@ -148,9 +155,13 @@ class IsolatedEngine(Engine):
     # --- the pipe ---------------------------------------------------------------------
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        # The child gone (OSError, or ValueError for a closed pipe): the listener reports it.
-        with self._send_lock, contextlib.suppress(OSError, ValueError):
-            self._writer.send(message)
+        self._outbox.put(message)  # SimpleQueue.put is safe in a signal handler
+
+    def _write(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            # The child gone (OSError, or ValueError for a closed pipe): the listener reports it.
+            with contextlib.suppress(OSError, ValueError):
+                self._writer.send(message)
 
     def _request(self, message: tuple[Any, ...], job: int) -> Any:
         call = self._calls[job] = _Call()
