@@ -141,6 +141,16 @@ def test_pick_draft_plans_the_target_on_the_workers(
     assert "does not fit" not in line
 
 
+def test_this_machine_s_devices_are_read_from_the_wheel_s_libraries() -> None:
+    from localspec.engine.ggml_backend import DEVICE_CPU, has_local_gpu, local_devices
+    from localspec.engine.llama import gpu_offload_supported
+
+    devices = local_devices()
+    assert any(kind == DEVICE_CPU for _, kind in devices), devices
+    # llama_supports_gpu_offload says yes for any build with RPC; localspec asks for a real GPU.
+    assert gpu_offload_supported() == has_local_gpu()
+
+
 def test_calibration_is_keyed_by_the_workers(tiny_target: Path) -> None:
     from localspec.auto.calibrate import calibration_key
 

@@ -24,7 +24,7 @@ _size_t_p = ctypes.POINTER(ctypes.c_size_t)
 @cache
 def _base() -> ctypes.CDLL:
     llama_cpp.llama_backend_init()  # loads the backends (the registry is filled on first use)
-    lib = ctypes.CDLL(str(_lib_dir() / "libggml-base.so"))
+    lib = _load("ggml-base")
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_type.restype = ctypes.c_int
     lib.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
@@ -39,14 +39,19 @@ def _base() -> ctypes.CDLL:
     return lib
 
 
-def _lib_dir() -> Path:
-    return Path(llama_cpp.__file__).parent / "lib"
+def _load(name: str) -> ctypes.CDLL:
+    """One of the wheel's libraries (already loaded with libllama: this finds the same handle)."""
+    folder = Path(llama_cpp.__file__).parent / "lib"
+    for file in (f"lib{name}.so", f"lib{name}.dylib", f"{name}.dll"):
+        if (folder / file).exists():
+            return ctypes.CDLL(str(folder / file))
+    raise OSError(f"{name} is not in {folder}")
 
 
 @cache
 def _registry() -> ctypes.CDLL:
     """libggml: the registry of backends (ggml_backend_reg_by_name lives there, not in ggml-base)."""
-    lib = ctypes.CDLL(str(_lib_dir() / "libggml.so"))
+    lib = _load("ggml")
     lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
     lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
@@ -117,7 +122,7 @@ def worker_memory(endpoints: Sequence[str]) -> list[tuple[int, int]]:
     """(free, total) bytes each worker reports (its first device), in endpoint order."""
     _rpc_proc("ggml_backend_rpc_add_server")  # RpcUnsupportedError without the backend
     # Not offered through the registry's proc addresses: the library's own export.
-    fn = ctypes.CDLL(str(_lib_dir() / "libggml-rpc.so")).ggml_backend_rpc_get_device_memory
+    fn = _load("ggml-rpc").ggml_backend_rpc_get_device_memory
     fn.argtypes = [ctypes.c_char_p, ctypes.c_uint32, _size_t_p, _size_t_p]
     fn.restype = None
     out = []

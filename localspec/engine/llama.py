@@ -69,8 +69,8 @@ def gpu_offload_supported() -> bool:
     Not llama_supports_gpu_offload: it also says yes for any build with RPC, GPU or not.
     """
     _init_backend()
-    if not llama_cpp.llama_supports_gpu_offload():
-        return False
+    if not llama_cpp.llama_supports_rpc():
+        return bool(llama_cpp.llama_supports_gpu_offload())
     from localspec.engine.ggml_backend import has_local_gpu
 
     return has_local_gpu()
