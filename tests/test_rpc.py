@@ -141,6 +141,24 @@ def test_pick_draft_plans_the_target_on_the_workers(
     assert "does not fit" not in line
 
 
+def test_auto_calibrates_the_target_through_its_workers(
+    tmp_path: Path, workers: list[Worker], tiny_target: Path, tiny_related_draft: Path
+) -> None:
+    import json
+
+    endpoints = tuple(w.endpoint for w in workers)
+    base = _config(tiny_target, tiny_related_draft, exact=False, rpc=endpoints)
+    config = replace(base, method="auto", cache_dir=tmp_path)
+    with open_engine(config) as engine:
+        engine.wait_ready(120)  # auto calibrates at load, in the engine's process
+        assert len(_tokens(engine, "auto", 8)) == 8
+    keys = [json.loads(f.read_text())["key"] for f in (tmp_path / "calibration").glob("*.json")]
+    target_keys = [k for k in keys if k["file"] == str(tiny_target.resolve())]
+    draft_keys = [k for k in keys if k["file"] == str(tiny_related_draft.resolve())]
+    assert [k.get("rpc") for k in target_keys] == [list(endpoints)]  # V(n) measured through the workers
+    assert [k.get("rpc") for k in draft_keys] == [None]  # the draft's curve is this machine's
+
+
 def test_this_machine_s_devices_are_read_from_the_wheel_s_libraries() -> None:
     from localspec.engine.ggml_backend import DEVICE_CPU, has_local_gpu, local_devices
     from localspec.engine.llama import gpu_offload_supported
