@@ -201,7 +201,12 @@ def test_a_worker_killed_mid_request_ends_that_request_and_the_daemon_carries_on
 ) -> None:
     first, second = start_worker(tmp_path), start_worker(tmp_path)
     rpc = f"{first.endpoint},{second.endpoint}"
-    daemon = start_daemon(tmp_path / "home", tiny_target, "--rpc", rpc, "--method", "none", ctx=8192)
+    try:
+        daemon = start_daemon(tmp_path / "home", tiny_target, "--rpc", rpc, "--method", "none", ctx=8192)
+    except BaseException:
+        first.stop()
+        second.stop()
+        raise
     try:
         assert _workers_health(daemon) == {first.endpoint: True, second.endpoint: True}
         body = {"model": "tiny-target", "messages": LONG_CHAT, "temperature": 0, "stream": True}
