@@ -114,6 +114,20 @@ class ModelLoadError(LocalspecError):
     code = "model_load_failed"
 
 
+class RpcWorkerError(LocalspecError):
+    """An RPC worker (`localspec rpc-worker`) that cannot be reached, or stopped mid-request."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "rpc_worker"
+
+
+class RpcUnsupportedError(LocalspecError):
+    """A llama.cpp build without its RPC backend, asked to use or serve RPC workers."""
+
+    code = "rpc_unsupported"
+
+
 class DaemonError(LocalspecError):
     """The daemon is unreachable, already running, or answered with an error."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.rpc import parse_endpoints
 from localspec.errors import LocalspecError, ModelFileError
 from localspec.models.catalog import load_catalog
 from localspec.paths import Paths
@@ -64,6 +65,8 @@ def serve_config(
     pairing applies as before, and the line says why.
     """
     paths = paths or Paths.from_env()
+    if settings.rpc:
+        return _rpc_config(settings, paths)
     if "draft" in settings.model_fields_set:
         return engine_config(settings, paths), None
     target = target_path(settings, paths)
@@ -79,6 +82,17 @@ def serve_config(
     return config, f"{_loads(config)} — pick-draft chose {chose} ({expected}): {choice.reason}"
 
 
+def _rpc_config(settings: Settings, paths: Paths) -> tuple[EngineConfig, str]:
+    """A target on RPC workers: pick-draft plans against this machine's memory, which the target does
+    not use, so the draft is the configured or catalog one, and the line says how the workers split it."""
+    from localspec.pickdraft.rpcplan import worker_line
+
+    config = engine_config(settings, paths)
+    load = config.load
+    plan = worker_line(config.target, load.rpc, load.n_ctx, load.kv_type, config.cache_dir)
+    return config, f"{_loads(config)} — {plan}; the draft runs here"
+
+
 def model_serve_config(
     settings: Settings, target: Path, pin: str | None, paths: Paths | None = None, *, default: bool = False
 ) -> tuple[EngineConfig, str | None]:
@@ -90,9 +104,10 @@ def model_serve_config(
     that target.
     """
     paths = paths or Paths.from_env()
-    if default and "draft" in settings.model_fields_set:
-        return serve_config(settings, paths)  # --draft, LOCALSPEC_DRAFT or config.toml's draft
-    own = settings.model_copy(update={"target": target, "draft": None})
+    if default and ("draft" in settings.model_fields_set or settings.rpc):
+        return serve_config(settings, paths)  # --draft, LOCALSPEC_DRAFT or config.toml's draft; --rpc
+    # RPC workers hold the daemon's default target only: a worker serves one client at a time.
+    own = settings.model_copy(update={"target": target, "draft": None, "rpc": None})
     if pin is not None:
         draft = None if pin.strip().lower() == "none" else Path(pin).expanduser()
         config = _config(own, paths, target, draft)
@@ -145,6 +160,7 @@ def _config(settings: Settings, paths: Paths, target: Path, draft: Path | None) 
             gpu_layers=settings.gpu_layers,
             kv_type=settings.kv_type,
             batch_invariant=settings.exact,
+            rpc=parse_endpoints(settings.rpc) if settings.rpc else (),
         ),
         draft_gpu_layers=settings.draft_gpu_layers,
         queue_size=settings.queue_size,

@@ -51,6 +51,11 @@ class Settings(BaseSettings):
         description="Tokens of earlier requests' prompts and replies each loaded model keeps (in memory "
         "only) for n-gram drafting across requests; 0 turns it off (benchmarks that repeat a prompt).",
     )
+    rpc: str | None = Field(
+        None,
+        description="RPC workers (`localspec rpc-worker`) that hold the target's layers, as "
+        "HOST:PORT[,HOST:PORT]; the draft stays on this machine. Default: none (all local).",
+    )
     socket: Path | None = Field(None, description="Unix socket path for serve; default: runtime dir.")
     tcp: str | None = Field(None, description="Also listen on HOST:PORT (loopback unless a token is set).")
     token: str | None = Field(None, description="Bearer token required on TCP (always for non-loopback).")
@@ -89,6 +94,18 @@ class Settings(BaseSettings):
         except LocalspecError as exc:
             raise ValueError(exc.message) from None
         return value
+
+    @field_validator("rpc")
+    @classmethod
+    def _rpc(cls, value: str | None) -> str | None:
+        from localspec.engine.rpc import parse_endpoints
+
+        if value is None or not value.strip():
+            return None
+        try:
+            return ",".join(parse_endpoints(value))
+        except LocalspecError as exc:
+            raise ValueError(exc.message) from None
 
     @field_validator("max_resident")
     @classmethod

@@ -80,6 +80,7 @@ class SessionDaemon:
             ("GPU_LAYERS", self.settings.gpu_layers),
             ("DRAFT_GPU_LAYERS", self.settings.draft_gpu_layers),
             ("KV_TYPE", self.settings.kv_type),
+            ("RPC", self.settings.rpc),
         ):
             if value is not None:
                 env[f"LOCALSPEC_{name}"] = str(value)

@@ -81,7 +81,10 @@ def calibration_key(path: Path, options: LoadOptions, sizes: Sequence[int] = SIZ
     """Everything that changes the curve: the file, the threads, the offload, the cache type, the build."""
     st = path.stat()
     gpu = options.gpu_layers
-    return {
+    # Over RPC each step pays the network's round trips: V(n) is measured with them, per worker set
+    # (only then in the key, so the curves cached for local models stay valid).
+    rpc = {"rpc": list(options.rpc)} if options.rpc else {}
+    return rpc | {
         "version": CACHE_VERSION,
         "file": str(path.resolve()),
         "size": st.st_size,

@@ -9,6 +9,7 @@ from localspec.cli import chat as _chat  # noqa: F401
 from localspec.cli import generate as _generate  # noqa: F401
 from localspec.cli import models as _models  # noqa: F401
 from localspec.cli import pickdraft as _pickdraft  # noqa: F401
+from localspec.cli import rpcworker as _rpcworker  # noqa: F401
 from localspec.cli import serve as _serve  # noqa: F401
 from localspec.cli.app import cli
 

@@ -64,7 +64,7 @@ def bench(
     """
     from localspec.engine.bench import kind_medians, report_json, run_bench
     from localspec.engine.benchset import load_bench_set, select_kinds
-    from localspec.engine.worker import Engine
+    from localspec.engine.isolated import open_engine
     from localspec.resolve import engine_config
     from localspec.settings import load_settings
 
@@ -78,7 +78,7 @@ def bench(
     config = replace(engine_config(settings), ngram_memory_tokens=0)
     total = len(prompts) * len(set(chosen) | {"none"}) * repeat
     started = _now()
-    with Engine(config, progress=LoadProgress()) as engine:
+    with open_engine(config, progress=LoadProgress()) as engine:
         engine.wait_ready()
         with click.progressbar(length=total, label="bench", file=sys.stderr) as bar:
             report = run_bench(

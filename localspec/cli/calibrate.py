@@ -25,6 +25,7 @@ SHOWN_K = (1, 2, 3, 4, 6, 8)
 @click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (-1: all).")
 @click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), help="KV cache type.")
 @click.option("--exact/--fast", "exact", default=None, help="Curves for exact (default) or --fast loading.")
+@click.option("--rpc", metavar="HOST:PORT[,...]", help="The target on these RPC workers (as serve --rpc).")
 @click.option("--refresh", is_flag=True, help="Measure again even when a cached curve exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
@@ -39,6 +40,7 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
     from localspec.auto.calibrate import calibrate as run_calibration
     from localspec.engine.config import LoadOptions
     from localspec.engine.llama import LlamaModel
+    from localspec.engine.rpc import parse_endpoints
     from localspec.paths import Paths
     from localspec.resolve import draft_path, target_path
     from localspec.settings import load_settings
@@ -54,10 +56,12 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
         kv_type=settings.kv_type,
         batch_invariant=settings.exact,
     )
+    # The target through its workers, as serve --rpc loads it; the draft here.
+    target_options = replace(options, rpc=parse_endpoints(settings.rpc) if settings.rpc else ())
     report: dict[str, Any] = {"exact": settings.exact, "target": None, "draft": None}
     progress = None if as_json else LoadProgress()
     for role, path, opts in (
-        ("target", target, options),
+        ("target", target, target_options),
         ("draft", draft, replace(options, gpu_layers=settings.draft_gpu_layers)),
     ):
         if path is None:

@@ -52,10 +52,10 @@ def generate(prompt: str, **kwargs: Any) -> None:
 
 
 def _local(settings: Any, request: GenerationRequest, echo: Any) -> GenerationResult:
-    from localspec.engine.worker import Engine
+    from localspec.engine.isolated import open_engine
     from localspec.resolve import engine_config
 
-    with Engine(engine_config(settings), progress=LoadProgress()) as engine:
+    with open_engine(engine_config(settings), progress=LoadProgress()) as engine:
         engine.wait_ready()
         if engine.info.draft_error:
             click.echo(f"note: draft not used: {engine.info.draft_error}", err=True)

@@ -31,6 +31,11 @@ MODEL_OPTIONS: list[Callable[[Any], Any]] = [
         help="--exact: batch-invariant loading, greedy output bit-identical to the target alone, "
         "slower on the CPU. Default (--fast): llama.cpp's own loading, identical up to float rounding.",
     ),
+    click.option(
+        "--rpc",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="Put the target's layers on these RPC workers (`localspec rpc-worker`); the draft stays here.",
+    ),
 ]
 
 MODEL_KEYS = (
@@ -44,6 +49,7 @@ MODEL_KEYS = (
     "draft_gpu_layers",
     "kv_type",
     "exact",
+    "rpc",
 )
 
 

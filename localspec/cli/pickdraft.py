@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 import click
 
 from localspec.cli.app import cli
+from localspec.paths import Paths
 
 if TYPE_CHECKING:
     from localspec.pickdraft.rank import Candidate, PickResult
+    from localspec.settings import Settings
 
 KV_TYPES = ("f16", "q8_0", "q4_0")
 
@@ -38,6 +40,11 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 @click.option(
     "--exact/--fast", "exact", default=None, help="Plan for exact (default) or --fast loading (see generate)."
 )
+@click.option(
+    "--rpc",
+    metavar="HOST:PORT[,HOST:PORT]",
+    help="Also plan the target on these RPC workers: their memory, and which layers each would hold.",
+)
 @click.option("--measure", is_flag=True, help="Measure speed and acceptance here instead of using priors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the choice and every candidate as JSON.")
 @click.option("--save", is_flag=True, help="Write the choice to config.toml, which serve and chat read.")
@@ -49,6 +56,7 @@ def pick_draft_command(
     n_ctx: int | None,
     kv_type: str | None,
     exact: bool | None,
+    rpc: str | None,
     measure: bool,
     as_json: bool,
     save: bool,
@@ -59,13 +67,12 @@ def pick_draft_command(
     (ngram, layerskip) and none; known drafts from the catalog when nothing local fits.
     Speed comes from a cost model (or, with --measure, from this machine).
     """
-    from localspec.paths import Paths
     from localspec.pickdraft.devices import parse_size
     from localspec.pickdraft.machine import pick_for_machine
     from localspec.resolve import target_path
     from localspec.settings import load_settings, save_settings
 
-    settings = load_settings(target=target, n_ctx=n_ctx, kv_type=kv_type, exact=exact)
+    settings = load_settings(target=target, n_ctx=n_ctx, kv_type=kv_type, exact=exact, rpc=rpc)
     target_file = target_path(settings, Paths.from_env())
     result = pick_for_machine(
         target_file,
@@ -78,14 +85,26 @@ def pick_draft_command(
     )
     if measure:
         result = _measured(result, quiet=as_json)
+    workers = _worker_plan(settings, target_file)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps(result.to_dict() | ({"rpc": workers} if workers else {}), indent=2))
     else:
-        for line in report_lines(result):
+        for line in report_lines(result) + ([f"rpc: {workers}"] if workers else []):
             click.echo(line)
     if save:
         path = save_settings(result.choice.settings_values(result.target.path))
         click.echo(f"saved to {path}", err=as_json)
+
+
+def _worker_plan(settings: Settings, target: Path) -> str | None:
+    """With --rpc (or the rpc setting): each worker's memory, asked now, and the layers it would hold."""
+    if not settings.rpc:
+        return None
+    from localspec.engine.rpc import parse_endpoints
+    from localspec.pickdraft.rpcplan import worker_line
+
+    endpoints = parse_endpoints(settings.rpc)
+    return worker_line(target, endpoints, settings.n_ctx, settings.kv_type, Paths.from_env().cache_dir)
 
 
 def _measured(result: PickResult, *, quiet: bool) -> PickResult:

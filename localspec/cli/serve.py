@@ -48,6 +48,11 @@ def _socket_for(socket_path: Path | None) -> Path:
 )
 @click.option("--queue-size", type=click.IntRange(min=1), help="Requests that may wait before 503.")
 @click.option(
+    "--rpc",
+    metavar="HOST:PORT[,HOST:PORT]",
+    help="Put the target's layers on these RPC workers (`localspec rpc-worker`); the draft stays here.",
+)
+@click.option(
     "--max-body",
     type=click.IntRange(min=1024),
     default=4 * 1024 * 1024,
@@ -67,6 +72,7 @@ def serve_command(
     token: str | None,
     embed_model: Path | None,
     queue_size: int | None,
+    rpc: str | None,
     max_body: int,
     log_level: str,
     access_log: bool,
@@ -90,6 +96,7 @@ def serve_command(
         token=token,
         queue_size=queue_size,
         embed_model=embed_model,
+        rpc=rpc,
     )
     config = daemon_config(settings, max_body_bytes=max_body, access_log=access_log)
     handler = logging.StreamHandler(sys.stderr)
@@ -128,6 +135,15 @@ def _status_lines(health: Health, pid: int | None, socket_path: Path) -> list[st
         if health.exact
         else "loading: fast (llama.cpp's own; identical to the target alone up to rounding)",
         f"queue: {health.queue_depth} waiting, {health.in_flight} in flight",
+        *_worker_lines(health),
+    ]
+
+
+def _worker_lines(health: Health) -> list[str]:
+    """One line per RPC worker: up, or down and why."""
+    return [
+        f"rpc worker {w['endpoint']}: " + ("up" if w.get("up") else f"DOWN ({w.get('error')})")
+        for w in health.rpc_workers
     ]
 
 

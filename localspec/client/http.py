@@ -65,6 +65,8 @@ class Health:
     in_flight: int = 0
     uptime_s: float = 0.0
     error: str | None = None
+    # The target's RPC workers (--rpc): {"endpoint", "up", "error"} each, checked at the request.
+    rpc_workers: tuple[dict[str, Any], ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -75,6 +77,7 @@ class Health:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["methods"] = tuple(values.get("methods") or ())
+        values["rpc_workers"] = tuple(values.get("rpc_workers") or ())
         return cls(**values)
 
 

@@ -45,6 +45,9 @@ class LoadOptions:
     # slower. None: where measured faster on this machine (cached); never with batch_invariant or
     # layers on a GPU.
     plain_prefill: bool | None = None
+    # RPC workers ('host:port') that hold the model's layers (`--rpc`); the engine loads its
+    # drafts without them, so they stay on this machine.
+    rpc: tuple[str, ...] = ()
 
 
 # The largest batch that rounds exactly like one-token decoding with batch_invariant loading on the

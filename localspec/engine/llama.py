@@ -9,6 +9,7 @@ Not thread-safe: one engine thread owns each instance.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 import time
@@ -42,6 +43,7 @@ PREFILL_MIN = 64
 LLAMA_DECODE_ABORTED = 2  # llama_decode's return code when the abort callback said stop
 
 ProgressFn = Callable[[float], None]
+log = logging.getLogger("localspec.engine")
 _NO_ABORT = llama_cpp.ggml_abort_callback()  # a NULL callback: llama.cpp never asks
 
 _backend_ready = False
@@ -66,9 +68,16 @@ def _init_backend() -> None:
 
 
 def gpu_offload_supported() -> bool:
-    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, ...)."""
+    """Whether this llama.cpp build can put layers on a GPU (CUDA, Metal, ...) of this machine.
+
+    Not llama_supports_gpu_offload: it also says yes for any build with RPC, GPU or not.
+    """
     _init_backend()
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    if not llama_cpp.llama_supports_rpc():
+        return bool(llama_cpp.llama_supports_gpu_offload())
+    from localspec.engine.ggml_backend import has_local_gpu
+
+    return has_local_gpu()
 
 
 def _copy_sequence(src: llama_cpp.llama_context_p, dst: llama_cpp.llama_context_p, dst_memory: Any) -> None:
@@ -94,6 +103,22 @@ def check_gguf_file(path: Path) -> None:
     with open(path, "rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise ModelFileError(f"{path} is not a GGUF file (bad magic); convert it or pick a .gguf file")
+
+
+def _rpc_devices(endpoints: Sequence[str]) -> ctypes.Array[ctypes.c_void_p]:
+    """The workers' devices as the NULL-terminated array llama_model_params.devices takes."""
+    from localspec.engine import ggml_backend
+    from localspec.engine.rpc import unsupported
+    from localspec.engine.rpc_probe import probe_memory
+
+    if not ggml_backend.rpc_supported():
+        raise unsupported()
+    # In a child with a timeout, before this process's own connect: ggml-rpc aborts the process when
+    # a worker refuses, and waits forever on one that is serving another client.
+    free = [f for f, _ in probe_memory(endpoints)]
+    devices = ggml_backend.add_workers(endpoints)
+    log.info("RPC workers %s, free %s GiB", ", ".join(endpoints), [round(f / 2**30, 1) for f in free])
+    return (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
 
 
 class LlamaModel:
@@ -148,6 +173,10 @@ class LlamaModel:
         params = llama_cpp.llama_model_default_params()
         gpu = self.options.gpu_layers
         params.n_gpu_layers = (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
+        if self.options.rpc:
+            self._devices = _rpc_devices(self.options.rpc)  # kept: llama.cpp reads the array at load
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            params.n_gpu_layers = -1 if gpu is None else gpu
         params.use_extra_bufts = self.repack
         callback = None
         if progress is not None:

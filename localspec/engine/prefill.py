@@ -30,10 +30,12 @@ def attach_plain_prefill(model: LlamaModel, cache_dir: Path) -> str | None:
 
     `model.options.plain_prefill`: True attaches it, False never, None where measured (or cached)
     at least WORTH times faster. Returns one line on what was decided and why, or None where the
-    question does not arise (exact loading, no repacking, layers on a GPU).
+    question does not arise (exact loading, no repacking, layers on a GPU or RPC workers).
     """
     options = model.options
-    if options.plain_prefill is False or model.exact or not model.repack or _on_gpu(model):
+    # Layers on RPC workers: a second copy would load onto them too, and their prompt reads pay the
+    # network's round trips, not the layout's.
+    if options.plain_prefill is False or model.exact or not model.repack or options.rpc or _on_gpu(model):
         return None
     plain = LlamaModel(model.path, replace(options, plain_prefill=False), repack=False)
     if options.plain_prefill is None:

@@ -260,7 +260,7 @@ class Engine:
             check_compat(target_info, draft_info, cache_dir=cache).raise_if_incompatible(
                 self.config.target.name, path.name
             )
-            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
+            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers, rpc=())
             model = LlamaModel(path, options, self._report("draft"))
         except Exception as exc:
             # The target alone still serves every request; the stats say why there is no draft.
@@ -284,7 +284,7 @@ class Engine:
                 # Deriving hashes and copies the whole target: not again on every request (restart to retry).
                 self._layerskip_error = exc.message
                 raise
-            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers)
+            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers, rpc=())
             model = LlamaModel(path, options, self._report("layerskip draft"))
             self._drafters["layerskip"] = ModelDrafter(model, "layerskip", self.config.draft_min_confidence)
         return self._drafters["layerskip"]

@@ -148,6 +148,12 @@ def footprint(config: EngineConfig, device: DeviceMemory) -> Footprint:
 
     target = ModelShape.from_info(read_gguf_info(config.target, cache_dir=config.cache_dir))
     draft = _shape(config.draft, config.cache_dir)
+    if config.load.rpc:
+        # The target's layers and KV cache are on the RPC workers (pickdraft.rpcplan plans them);
+        # here only the draft counts, planned as if it were the model.
+        if draft is None:
+            return Footprint()
+        target, draft = draft, None
     plan = plan_memory(
         target,
         draft,

@@ -28,6 +28,7 @@ from types import FrameType
 import uvicorn
 
 from localspec.engine.config import EngineConfig
+from localspec.engine.isolated import open_engine
 from localspec.engine.worker import Engine, ProgressFn
 from localspec.errors import ConfigError, DaemonError, LocalspecError
 from localspec.paths import Paths
@@ -252,7 +253,8 @@ def _where(config: DaemonConfig, tcp: socket.socket | None) -> str:
 
 
 def _make_engine(config: EngineConfig) -> Engine:
-    return Engine(config, progress=_progress_logger())
+    # A target on RPC workers runs in a child process: a dying worker aborts that child, not the daemon.
+    return open_engine(config, progress=_progress_logger())
 
 
 def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> None:

@@ -116,6 +116,11 @@ class ModelPool:
         """The model's engine, loaded and ready, counted busy until `release`. Waits for a load."""
         while True:
             res = self.resident.get(model.name)
+            if res is not None and res.load_s is not None and res.engine.info.status == "failed":
+                # It was serving and its engine died (an RPC worker went down): load it anew.
+                self.resident.pop(model.name, None)
+                self._spawn(_close(res.engine))
+                continue
             if res is None:
                 async with self._load_lock:
                     if model.name not in self.resident:
@@ -165,6 +170,11 @@ class ModelPool:
                 res.timer.cancel()
             self.resident.pop(res.name, None)
             res.engine.close()
+
+    def rpc_endpoints(self) -> list[str]:
+        """The RPC workers of every model loaded so far (loaded now or not), for /health."""
+        seen = (e for loadout in self._loadouts.values() for e in loadout.config.load.rpc)
+        return list(dict.fromkeys(seen))
 
     def engines(self) -> list[Engine]:
         return [res.engine for res in self.resident.values()]

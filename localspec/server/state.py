@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.types import Scope
 
 from localspec import __version__
+from localspec.engine.rpc import worker_states
 from localspec.engine.worker import Event, Handle
 from localspec.errors import DaemonError, LocalspecError
 from localspec.models.gguf_info import GGUFInfo
@@ -109,12 +111,35 @@ class ServerState:
         default = self.default
         if status == "failed" and default is not None:
             body["error"] = default.engine.info.error
+        body |= self._rpc_workers()
         if status != "ready":
             return body | {"loading": self.pool.loading or self.model_name}
         body |= {"model": self.model_name, "loading": self.pool.loading, "models": self.loaded()}
         if default is None or default.engine.info.status != "ready":
             return body | {"in_flight": len(self.active), "uptime_s": round(time.time() - self.started, 3)}
         return body | ModelState(self, default).health()
+
+    def _rpc_workers(self) -> dict[str, Any]:
+        """{"rpc_workers": [{"endpoint", "up", "error", "in_use"}]} for the targets' RPC workers.
+
+        A worker serves one client at a time and queues at most a connection or two (llama.cpp
+        listens with a backlog of 1): probing one that a live engine holds would fill its queue
+        and time out. So a worker held by a live engine is up (when it dies, the engine dies at
+        its next step and the worker is probed from then on); the others are probed now.
+        """
+        endpoints = self.pool.rpc_endpoints()
+        if not endpoints:
+            return {}
+        live = [r for r in self.pool.resident.values() if r.engine.info.status in ("loading", "ready")]
+        held = {e for res in live for e in res.loadout.config.load.rpc}
+        probed = {s.endpoint: asdict(s) for s in worker_states([e for e in endpoints if e not in held], 0.5)}
+        held_state = {"up": True, "error": None}
+        return {
+            "rpc_workers": [
+                {"endpoint": e, "in_use": e in held} | (held_state if e in held else probed[e])
+                for e in endpoints
+            ]
+        }
 
     def loaded(self) -> list[dict[str, Any]]:
         """The loaded and loading models, for /health and /api/ps."""
