@@ -94,7 +94,9 @@ def save_choice(cache_dir: Path, key: dict[str, Any], choice: Choice) -> None:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(kept, indent=1))
     except OSError as exc:
-        log.warning("pick-draft's choice is not saved (%s): %s", path, exc.strerror or exc)
+        # Info, not a warning: the fast pick is milliseconds to redo, and a folder that refuses it
+        # refuses the calibration and the socket too, whose errors say what to do about it.
+        log.info("pick-draft's choice is not saved (%s): %s", path, exc.strerror or exc)
 
 
 def _read(path: Path) -> dict[str, Any]:
