@@ -78,10 +78,17 @@ def test_cpu_only_puts_everything_on_the_host() -> None:
     assert p.draft is not None
     assert (p.target.gpu_layers, p.draft.gpu_layers, p.gpu_bytes) == (0, 0, 0)
     assert p.target.llama_gpu_layers == 0
-    # Weights, KV cache and the vocabulary and compute it touches, for both models.
-    assert 5.0 * GIB < p.host_bytes < 5.7 * GIB
+    # Weights, KV cache and the vocabulary and compute it touches, for both models, and the plain
+    # prefill copy's context (engine.prefill): the same mapped weights, a KV cache of its own.
+    alone = plan_memory(TARGET_7B, DRAFT_05B, cpu_only(16 * GIB), n_ctx=4096, plain_prefill=False)
+    assert 5.0 * GIB < alone.host_bytes < 5.7 * GIB
+    copy = TARGET_7B.n_layers * TARGET_7B.kv_bytes_per_layer(4096, "f16") + TARGET_7B.compute_resident(1)
+    assert p.host_bytes == alone.host_bytes + copy
     assert p.max_n_ctx == 32768  # 16 GiB holds the training context's KV cache (3.5 GiB + 0.375 GiB)
     assert_within_budget(p)
+    # Without repacking (--exact) there is no plain copy to read prompts with.
+    exact = plan_memory(TARGET_7B, DRAFT_05B, cpu_only(16 * GIB), n_ctx=4096, repack=False)
+    assert exact.host_bytes <= alone.host_bytes < p.host_bytes
 
 
 def test_4gib_gpu_takes_the_whole_draft_then_some_target_layers() -> None:

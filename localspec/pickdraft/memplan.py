@@ -15,7 +15,10 @@ real models: weights, "KV buffer size", "compute buffer size"):
 - repacked weights: unless loaded batch-invariant, llama.cpp's CPU backend copies the
   Q4_0, Q4_K and IQ4_NL matrices of host layers into an interleaved layout
   ("CPU_REPACK model buffer size") for faster matrix products; the mapped file stays
-  resident beside the copies.
+  resident beside the copies;
+- the plain prefill copy (engine.prefill): where the target is repacked and on the CPU, a
+  second load of the same file may read prompts; its weights are the same mapped pages, so
+  only its context counts: a second KV cache and its compute buffer.
 On the host the weights are memory-mapped and the compute buffer is malloc'd, so
 what becomes resident differs from what is reserved: localspec asks for at most
 k+1 rows of logits, so the 512-row logits block is reserved but never touched.
@@ -211,6 +214,8 @@ class LoadSpec:
     kv_type: str = "f16"
     n_outputs: int = 9
     repack: bool = True
+    # A plain prefill copy's context beside this model's (the target's, when it may get one).
+    prefill_copy: bool = False
 
 
 def place(shape: ModelShape, gpu_layers: int, all_on_gpu: bool, load: LoadSpec) -> Placement:
@@ -227,6 +232,8 @@ def place(shape: ModelShape, gpu_layers: int, all_on_gpu: bool, load: LoadSpec) 
     host += shape.vocab_bytes + 4 * shape.n_vocab  # the output buffer keeps one row of logits
     if load.repack and n:
         host += shape.repack_bytes * (n - gpu_layers) // n
+    if load.prefill_copy and load.repack and gpu_layers == 0:
+        host += n * kv_layer + shape.compute_resident(1)
     if gpu_layers:
         # The logits block of the compute buffer sits where the head runs.
         gpu += shape.compute_reserved() if all_on_gpu else N_UBATCH * 4 * 2 * shape.n_embd
@@ -257,11 +264,14 @@ def plan_memory(
     kv_type: str = "f16",
     k: int = 8,
     repack: bool = True,
+    plain_prefill: bool | None = None,
 ) -> MemoryPlan:
     """Place the draft (whole, on the GPU if it fits) then the target; MemoryPlanError if it cannot fit.
 
     `k` is the most tokens drafted per step (k + 1 rows of logits per verify); `repack`
-    whether llama.cpp repacks host weights (LoadOptions.batch_invariant off).
+    whether llama.cpp repacks host weights (LoadOptions.batch_invariant off); `plain_prefill`
+    whether the target may get a plain prefill copy (None: wherever it could, as LoadOptions'
+    default measures at load: the plan counts what the engine may take).
     """
     if kv_type not in KV_BYTES_PER_ELEMENT:
         raise UserInputError(
@@ -271,7 +281,8 @@ def plan_memory(
     gpu_budget, host_budget = budgets(device)
     draft_place = _place_draft(draft, gpu_budget, load)
     gpu_left = gpu_budget - (draft_place.gpu_bytes if draft_place else 0)
-    target_place = _place_target(target, gpu_left, load)
+    prefill = repack if plain_prefill is None else plain_prefill
+    target_place = _place_target(target, gpu_left, replace(load, prefill_copy=prefill))
     host = target_place.host_bytes + (draft_place.host_bytes if draft_place else 0)
     gpu = target_place.gpu_bytes + (draft_place.gpu_bytes if draft_place else 0)
     # Unified memory: the GPU's share is the same RAM, so both parts must fit it together.
