@@ -72,10 +72,10 @@ def first_token_s(http: httpx.Client, model: str) -> float:
 def measure(http: httpx.Client, daemon: psutil.Process, model: str) -> dict[str, Any]:
     say(f"{model}: unloading it")
     unload(http, model)
-    rss_before = daemon.memory_info().rss
+    rss_before, pss_before = _memory(daemon)
     say(f"{model}: cold request (waits for the load)")
     cold = first_token_s(http, model)
-    rss_after = daemon.memory_info().rss
+    rss_after, pss_after = _memory(daemon)
     say(f"{model}: first token after {cold:.2f}s; warm request")
     warm = first_token_s(http, model)
     ps = loaded(http).get(model)
@@ -90,7 +90,15 @@ def measure(http: httpx.Client, daemon: psutil.Process, model: str) -> dict[str,
         "ttft_warm_s": round(warm, 3),
         "plan_mib": round(ps["size"] / MIB, 1),
         "rss_growth_mib": round((rss_after - rss_before) / MIB, 1),
+        "pss_growth_mib": round((pss_after - pss_before) / MIB, 1) if pss_after else None,
     }
+
+
+def _memory(daemon: psutil.Process) -> tuple[int, int]:
+    """RSS, and PSS where the system reports it (Linux): RSS counts a file page once per mapping,
+    and a model with a plain prefill copy maps its file twice; PSS counts each page once."""
+    info = daemon.memory_full_info()
+    return info.rss, getattr(info, "pss", 0)
 
 
 def main() -> None:
@@ -112,11 +120,12 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print("| model | draft or method | load s | TTFT cold s | TTFT warm s | plan MiB | RSS growth MiB |")
-    print("|---|---|---|---|---|---|---|")
+    columns = ["model", "draft or method", "load s", "TTFT cold s", "TTFT warm s", "plan MiB"]
+    print("| " + " | ".join([*columns, "RSS growth MiB", "PSS growth MiB"]) + " |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        cells = [r["model"], r["draft"], r["load_s"], r["ttft_cold_s"], r["ttft_warm_s"]]
-        print("| " + " | ".join(str(c) for c in [*cells, r["plan_mib"], r["rss_growth_mib"]]) + " |")
+        cells = [r["model"], r["draft"], r["load_s"], r["ttft_cold_s"], r["ttft_warm_s"], r["plan_mib"]]
+        print("| " + " | ".join(str(c) for c in [*cells, r["rss_growth_mib"], r["pss_growth_mib"]]) + " |")
 
 
 if __name__ == "__main__":
