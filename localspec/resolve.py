@@ -160,6 +160,7 @@ def _config(settings: Settings, paths: Paths, target: Path, draft: Path | None) 
             gpu_layers=settings.gpu_layers,
             kv_type=settings.kv_type,
             batch_invariant=settings.exact,
+            plain_prefill=settings.plain_prefill,
             rpc=parse_endpoints(settings.rpc) if settings.rpc else (),
         ),
         draft_gpu_layers=settings.draft_gpu_layers,

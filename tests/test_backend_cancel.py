@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import pytest
+from cancelpoints import SetWhen
 
 from localspec.engine.config import LoadOptions
 from localspec.engine.llama import LlamaModel
@@ -22,17 +22,6 @@ from localspec.types import GenerationResult, SamplingParams, TokenChunk
 pytestmark = pytest.mark.timeout(120)
 
 PROMPT = "the model is " * 700  # about 2100 tokens
-
-
-class SetWhen(threading.Event):
-    """An event that reads as set once `predicate` holds: cancellation at a chosen point, no timing."""
-
-    def __init__(self, predicate: Callable[[], bool]) -> None:
-        super().__init__()
-        self.predicate = predicate
-
-    def is_set(self) -> bool:
-        return self.predicate()
 
 
 def load(path: Path, n_batch: int) -> LlamaModel:

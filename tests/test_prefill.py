@@ -8,14 +8,13 @@ or the measurement, which is cached. The Qwen target (slow) shows the same on a 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import pytest
+from cancelpoints import SetWhen
 
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.llama import PREFILL_MIN, LlamaModel
@@ -28,17 +27,6 @@ pytestmark = pytest.mark.timeout(180)
 
 OPTIONS = LoadOptions(n_ctx=1024, n_threads=1, n_batch=64)
 ATOL = 1e-3  # the tiny model's logits are small; rounding differences are far below this
-
-
-class SetWhen(threading.Event):
-    """Reads as set once `predicate` holds: a cancel at a chosen point, without timing."""
-
-    def __init__(self, predicate: Callable[[], bool]) -> None:
-        super().__init__()
-        self.predicate = predicate
-
-    def is_set(self) -> bool:
-        return self.predicate()
 
 
 def tokens(model: LlamaModel, n: int) -> list[int]:
@@ -101,6 +89,24 @@ def test_short_inputs_stay_on_the_model_and_a_cancelled_read_keeps_its_chunks(ti
         assert split.n_past == cached_positions(split) == PREFILL_MIN - 1 + 2 * OPTIONS.n_batch
     finally:
         split.close()
+
+
+def test_an_input_short_against_the_cache_stays_on_the_model(tiny_target: Path) -> None:
+    model = LlamaModel(tiny_target, replace(OPTIONS, n_ctx=4096, plain_prefill=True))
+    attach_plain_prefill(model, Path("/nonexistent"))
+    try:
+        text = tokens(model, 400)
+        model.decode((text * 6)[:2100], 1)  # read by the plain copy: nothing cached yet
+        assert model._out_ctx != model._ctx
+        model.decode(text[:PREFILL_MIN], 1)  # copying 2,100 cached positions twice costs more
+        assert model._out_ctx == model._ctx
+        model.decode(text[: PREFILL_MIN + 40], 1)  # long enough against the cache: handed over
+        assert (
+            model._out_ctx != model._ctx
+            and model.n_past == cached_positions(model) == 2100 + 2 * PREFILL_MIN + 40
+        )
+    finally:
+        model.close()
 
 
 def test_the_choice_is_measured_once_and_cached(tiny_target: Path, tmp_path: Path) -> None:

@@ -139,3 +139,9 @@ def test_the_ngram_memory_is_a_setting(
     monkeypatch.setenv("LOCALSPEC_NGRAM_MEMORY", "0")  # what benchmarks that repeat a prompt set
     assert engine_config(load_settings(**given)).ngram_memory_tokens == 0
     assert serve_config(load_settings(**given))[0].ngram_memory_tokens == 0
+
+
+def test_the_plain_prefill_is_measured_unless_set(tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert engine_config(load_settings(target=tiny_target)).load.plain_prefill is None
+    monkeypatch.setenv("LOCALSPEC_PLAIN_PREFILL", "false")
+    assert engine_config(load_settings(target=tiny_target)).load.plain_prefill is False

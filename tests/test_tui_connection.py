@@ -37,7 +37,7 @@ def test_uses_the_running_daemon_on_the_default_socket(localspec_home: Path, tin
 
 
 def test_starts_a_private_daemon_with_the_model_flags_and_stops_it(tiny_target: Path) -> None:
-    settings = load_settings(target=tiny_target, threads=1, n_ctx=512, method="none")
+    settings = load_settings(target=tiny_target, threads=1, n_ctx=512, method="none", exact=True)
     connection = find_or_start(settings)
     session = connection.session
     try:
@@ -47,7 +47,7 @@ def test_starts_a_private_daemon_with_the_model_flags_and_stops_it(tiny_target: 
         progress: list[str] = []
         health = connection.wait_ready(progress.append)
         assert health is not None and health.model == "tiny-target" and health.method == "none"
-        assert health.n_ctx == 512
+        assert health.n_ctx == 512 and health.exact  # --exact reaches the daemon it starts
         assert listening(session.socket_path)
     finally:
         connection.close()

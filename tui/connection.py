@@ -81,6 +81,9 @@ class SessionDaemon:
             ("DRAFT_GPU_LAYERS", self.settings.draft_gpu_layers),
             ("KV_TYPE", self.settings.kv_type),
             ("RPC", self.settings.rpc),
+            ("EXACT", self.settings.exact),
+            ("PLAIN_PREFILL", self.settings.plain_prefill),
+            ("NGRAM_MEMORY", self.settings.ngram_memory),
         ):
             if value is not None:
                 env[f"LOCALSPEC_{name}"] = str(value)
