@@ -74,6 +74,7 @@ def test_status_reports_the_running_daemon(daemon: Daemon) -> None:
     assert "tiny-target" in out.stdout
     as_json = run_cli(daemon.home, "status", "--json")
     assert '"status": "ready"' in as_json.stdout
+    assert '"plain_prefill": ' in as_json.stdout  # whether prompts are read with plain weights
     assert "pick: draft none, method " in out.stdout  # started with no draft: pick-draft's choice
     assert "loading: fast (llama.cpp's own; identical to the target alone up to rounding)" in out.stdout
 

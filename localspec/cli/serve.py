@@ -133,7 +133,8 @@ def _status_lines(health: Health, pid: int | None, socket_path: Path) -> list[st
         f"context: {health.n_ctx} tokens",
         "loading: exact (bit-identical to the target alone)"
         if health.exact
-        else "loading: fast (llama.cpp's own; identical to the target alone up to rounding)",
+        else "loading: fast (llama.cpp's own; identical to the target alone up to rounding)"
+        + ("; prompts read with plain weights" if health.plain_prefill else ""),
         f"queue: {health.queue_depth} waiting, {health.in_flight} in flight",
         *_worker_lines(health),
     ]

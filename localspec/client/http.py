@@ -60,6 +60,7 @@ class Health:
     k: int | None = None
     n_ctx: int | None = None
     exact: bool = False  # batch-invariant loading (--exact); else llama.cpp's own, identical up to rounding
+    plain_prefill: bool = False  # prompts read by a plain copy of the weights (engine.prefill)
     gpu_offload: bool = False
     queue_depth: int = 0
     in_flight: int = 0
