@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
 
@@ -37,18 +38,26 @@ def attach_plain_prefill(model: LlamaModel, cache_dir: Path) -> str | None:
     # network's round trips, not the layout's.
     if options.plain_prefill is False or model.exact or not model.repack or options.rpc or _on_gpu(model):
         return None
-    plain = LlamaModel(model.path, replace(options, plain_prefill=False), repack=False)
+    plain: LlamaModel | None = None
+    line = "prompts read with plain weights (as set)"
     if options.plain_prefill is None:
-        repacked_s, plain_s, how = _speeds(model, plain, cache_dir)
-        speedup = repacked_s / plain_s
+        key = _speeds_key(model)
+        speeds, how = _cached_speeds(cache_dir, key), "cached"
+        if speeds is None:  # only a measurement needs the copy before the answer is known
+            plain = _plain_copy(model)
+            speeds, how = _measure(model, plain, cache_dir, key), f"measured on {MEASURE_TOKENS} tokens"
+        speedup = speeds[0] / speeds[1]
         if speedup < WORTH:
-            plain.close()
+            if plain is not None:
+                plain.close()
             return f"prompts read with repacked weights: the plain layout is {speedup:.2f}x here ({how})"
         line = f"prompts read with plain weights: {speedup:.2f}x faster than repacked here ({how})"
-    else:
-        line = "prompts read with plain weights (as set)"
-    model.attach_prefill(plain)
+    model.attach_prefill(plain or _plain_copy(model))
     return line
+
+
+def _plain_copy(model: LlamaModel) -> LlamaModel:
+    return LlamaModel(model.path, replace(model.options, plain_prefill=False), repack=False)
 
 
 def _on_gpu(model: LlamaModel) -> bool:
@@ -56,16 +65,28 @@ def _on_gpu(model: LlamaModel) -> bool:
     return gpu_offload_supported() and gpu != 0
 
 
-def _speeds(model: LlamaModel, plain: LlamaModel, cache_dir: Path) -> tuple[float, float, str]:
-    """Seconds to read MEASURE_TOKENS prompt tokens, repacked and plain: cached, or measured now."""
-    from localspec.auto.calibrate import _tokens, calibration_key, load_cached, store
+def _speeds_key(model: LlamaModel) -> dict[str, Any]:
+    from localspec.auto.calibrate import calibration_key
+
+    return {**calibration_key(model.path, model.options, ()), "prefill_tokens": MEASURE_TOKENS}
+
+
+def _cached_speeds(cache_dir: Path, key: dict[str, Any]) -> tuple[float, float] | None:
+    """Seconds to read MEASURE_TOKENS prompt tokens, repacked and plain, as measured on an earlier load."""
+    from localspec.auto.calibrate import load_cached
+
+    cached = load_cached(cache_dir, key)
+    return (cached.seconds[0], cached.seconds[1]) if cached is not None and len(cached.seconds) == 2 else None
+
+
+def _measure(
+    model: LlamaModel, plain: LlamaModel, cache_dir: Path, key: dict[str, Any]
+) -> tuple[float, float]:
+    """Seconds to read MEASURE_TOKENS prompt tokens, repacked and plain, measured now (and cached)."""
+    from localspec.auto.calibrate import _tokens, store
     from localspec.auto.costmodel import Curve
     from localspec.errors import StorageError
 
-    key = {**calibration_key(model.path, model.options, ()), "prefill_tokens": MEASURE_TOKENS}
-    cached = load_cached(cache_dir, key)
-    if cached is not None and len(cached.seconds) == 2:
-        return cached.seconds[0], cached.seconds[1], "cached"
     tokens = _tokens(model, MEASURE_TOKENS)
     best = [float("inf"), float("inf")]
     for _ in range(ROUNDS):  # in turns, so a burst of other load hits both
@@ -75,4 +96,4 @@ def _speeds(model: LlamaModel, plain: LlamaModel, cache_dir: Path) -> tuple[floa
             m.reset()
     with contextlib.suppress(StorageError):  # not saved: measured again next load
         store(cache_dir, key, Curve((best[0], best[1])))
-    return best[0], best[1], f"measured on {MEASURE_TOKENS} tokens"
+    return best[0], best[1]
