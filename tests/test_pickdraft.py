@@ -241,7 +241,7 @@ def test_cost_model_gpu_and_cpu_shapes() -> None:
 
 
 def test_the_fast_prior_is_our_repacked_calibration_and_drafts_past_the_exact_cap() -> None:
-    fast = Curve(tuple(cost._repacked_shape(n) for n in range(1, 17)))
+    fast = Curve(tuple(cost.REPACKED_CPU_CURVE(n) for n in range(1, 17)))
     assert fast(2) == pytest.approx(1.98) and fast(16) == pytest.approx(5.92)
     assert fast(32) > fast(16)  # extrapolated, never flat
     # A long copy (first token 0.93, runs at 0.96) pays only with long drafts: past --exact's 6.

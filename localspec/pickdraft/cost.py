@@ -11,7 +11,7 @@ not measured, from the memory plan:
   memory-bound GPU decoding it costs about its size ratio;
 - verifying n tokens costs V(n) = 1 + 0.4 (n - 1) target tokens on a CPU with batch-invariant
   loading (`--exact`; calibration on the 2-core CI machine: V(4) = 2.25, V(7) = 3.48); with
-  repacked weights (the default) it follows REPACKED_CPU_SHAPE, our own calibration of the Qwen
+  repacked weights (the default) it follows REPACKED_CPU_POINTS, our own calibration of the Qwen
   1.5B target on a 2-core AVX-512 CPU (V(2) = 1.98, V(4) = 3.22, V(8) = 5.03, V(16) = 5.92: dear for
   short drafts, cheap for long ones, which only copies fill); it is nearly flat on a GPU;
 - drafts go as far as the engine verifies: 6 tokens with --exact (EXACT_VERIFY_BATCH), auto's
@@ -40,12 +40,13 @@ from localspec.auto.costmodel import (
 from localspec.auto.costmodel import (
     K_MAX as FAST_K_MAX,
 )
+from localspec.engine.config import EXACT_VERIFY_BATCH
 from localspec.pickdraft.devices import MIB
 from localspec.pickdraft.memplan import MemoryPlan, ModelShape
 
 # With --exact, drafts stop at 6 tokens: verify batches of more than 7 positions do not round like
 # one-token decoding (engine.config.EXACT_VERIFY_BATCH), so the engine never runs them.
-EXACT_K_MAX = 6
+EXACT_K_MAX = EXACT_VERIFY_BATCH - 1
 CPU_VERIFY_SLOPE = 0.4
 # V(n) / V(1) with repacked weights, at the widths the kernels like (they work in blocks of 4 rows),
 # interpolated between: `localspec calibrate` on the 2-core AVX-512 machine (docs/benchmarks.md).
@@ -85,8 +86,8 @@ class Costs:
         self.target = target
         self.measured_target = curves.get(target_path)
         self.curves = curves
-        self.k_max = FAST_K_MAX if repack else EXACT_K_MAX
-        self.cpu_shape = _repacked_shape if repack else _exact_shape
+        self.k_max = k_max(repack)
+        self.cpu_shape: Callable[[int], float] = REPACKED_CPU_CURVE if repack else _exact_shape
 
     def verify(self, plan: MemoryPlan) -> Curve:
         """V(n) / V(1): what verifying n tokens costs in target tokens."""
@@ -154,11 +155,12 @@ def _exact_shape(n: int) -> float:
     return 1 + CPU_VERIFY_SLOPE * (n - 1)
 
 
-_REPACKED_CPU_CURVE = Curve.from_points(REPACKED_CPU_POINTS, max(REPACKED_CPU_POINTS))
+REPACKED_CPU_CURVE = Curve.from_points(REPACKED_CPU_POINTS, max(REPACKED_CPU_POINTS))
 
 
-def _repacked_shape(n: int) -> float:
-    return _REPACKED_CPU_CURVE(n)
+def k_max(repack: bool) -> int:
+    """The most tokens the engine drafts per step: auto's K_MAX, or 6 with --exact (not repacked)."""
+    return FAST_K_MAX if repack else EXACT_K_MAX
 
 
 def _prior_seconds(

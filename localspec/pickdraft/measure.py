@@ -24,7 +24,7 @@ from localspec.engine.prompting import prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.engine.templating import TemplateRenderer
 from localspec.paths import Paths
-from localspec.pickdraft.cost import EXACT_K_MAX, FAST_K_MAX, Estimate, estimate, ngram_estimate
+from localspec.pickdraft.cost import Estimate, estimate, k_max, ngram_estimate
 from localspec.pickdraft.rank import Candidate, PickResult, choose, describe, rank_key
 from localspec.types import ChatMessage, GenerationRequest, SamplingParams
 
@@ -126,10 +126,10 @@ def _measure_one(
 ) -> Estimate:
     verify = Curve(curve.relative())
     # As far as the engine will verify in this loading (6 with --exact, auto's K_MAX otherwise).
-    k_max = EXACT_K_MAX if options.batch_invariant else FAST_K_MAX
+    most = k_max(repack=not options.batch_invariant)
     if cand.method == "ngram":
         counts = probe(target, NgramDrafter(), prompts, max_tokens, lambda f: step("probing", f))
-        return ngram_estimate(verify, counts.match_rate, counts.acceptance(), measured=True, k_max=k_max)
+        return ngram_estimate(verify, counts.match_rate, counts.acceptance(), measured=True, k_max=most)
     path = cand.path if cand.method == "draft" else _layerskip_file(target.path)
     assert path is not None and cand.plan is not None and cand.plan.draft is not None
     draft = LlamaModel(path, replace(options, gpu_layers=cand.plan.draft.llama_gpu_layers))
@@ -144,7 +144,7 @@ def _measure_one(
         )
     finally:
         draft.close()
-    return estimate(verify, d_curve(1) / curve(1), counts.acceptance(), measured=True, k_max=k_max)
+    return estimate(verify, d_curve(1) / curve(1), counts.acceptance(), measured=True, k_max=most)
 
 
 def _layerskip_file(target: Path) -> Path:

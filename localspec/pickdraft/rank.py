@@ -25,7 +25,7 @@ from localspec.models.compat import check_compat
 from localspec.models.discovery import FoundModel, discover
 from localspec.models.gguf_info import GGUFInfo, read_gguf_info
 from localspec.paths import Paths
-from localspec.pickdraft.cost import EXACT_K_MAX, FAST_K_MAX, LAYERSKIP_ACCEPTANCE, Costs, Estimate
+from localspec.pickdraft.cost import LAYERSKIP_ACCEPTANCE, Costs, Estimate, k_max
 from localspec.pickdraft.devices import GIB, DeviceMemory
 from localspec.pickdraft.memplan import MemoryPlan, MemoryPlanError, ModelShape, plan_memory
 
@@ -174,9 +174,14 @@ class _Machine:
     repack: bool
 
     def plan(self, target: ModelShape, draft: ModelShape | None) -> MemoryPlan:
-        k = FAST_K_MAX if self.repack else EXACT_K_MAX
         return plan_memory(
-            target, draft, self.device, n_ctx=self.n_ctx, kv_type=self.kv_type, k=k, repack=self.repack
+            target,
+            draft,
+            self.device,
+            n_ctx=self.n_ctx,
+            kv_type=self.kv_type,
+            k=k_max(self.repack),
+            repack=self.repack,
         )
 
 
