@@ -137,3 +137,17 @@ def test_a_load_sees_the_memory_free_now_plus_what_the_loaded_models_hold() -> N
     cpu = Room(lambda: cpu_only(16 * GIB, 5 * GIB), cap=100 * MIB)
     budget = cpu.budget(cpu.alone(held))
     assert budget.host == 5 * GIB + 1 * GIB - HOST_RESERVE and budget.cap == 100 * MIB
+
+
+def test_a_footprint_counts_the_plain_prefill_copy_as_the_setting_says(tiny_target: Path) -> None:
+    from localspec.engine.config import EngineConfig, LoadOptions
+    from localspec.server.budget import footprint
+
+    def host(**load: bool | None) -> int:
+        config = EngineConfig(target=tiny_target, load=LoadOptions(n_ctx=2048, **load))  # type: ignore[arg-type]
+        return footprint(config, cpu_only(64 * GIB)).host
+
+    may, off, forced = host(plain_prefill=None), host(plain_prefill=False), host(plain_prefill=True)
+    assert off < may == forced  # unset: counted wherever the engine may attach one
+    # Loaded --exact (nothing repacked) no plain copy is ever attached, whatever the setting says.
+    assert host(batch_invariant=True, plain_prefill=None) == host(batch_invariant=True, plain_prefill=False)

@@ -162,6 +162,9 @@ def footprint(config: EngineConfig, device: DeviceMemory) -> Footprint:
         kv_type=config.load.kv_type,
         k=config.k or PLAN_K,
         repack=not config.load.batch_invariant,
+        # The setting as given (None: counted wherever the engine may attach one); the draft standing
+        # in for an RPC target never gets a plain prefill copy.
+        plain_prefill=False if config.load.rpc else config.load.plain_prefill,
     )
     return Footprint(plan.gpu_bytes, plan.host_bytes)
 
