@@ -18,8 +18,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import ollama
+import openai
 
 from localspec.client import Client
 from localspec.process.pidfile import listening
@@ -83,6 +86,18 @@ class Daemon:
 
     def client(self) -> Client:
         return Client(socket_path=self.socket_path, timeout=60.0)
+
+    def openai(self, path: str = "/v1", **options: Any) -> openai.OpenAI:
+        """The real openai package over the unix socket; `options` go to openai.OpenAI."""
+        http = httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket_path)))
+        # openai 3 types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
+        base = f"http://localhost{path}"
+        return openai.OpenAI(base_url=base, api_key="on-the-socket", http_client=http, **options)  # type: ignore[arg-type]
+
+    def ollama(self, **options: Any) -> ollama.Client:
+        """The real ollama package over the unix socket; `options` go to ollama.Client (and httpx)."""
+        transport = httpx.HTTPTransport(uds=str(self.socket_path))
+        return ollama.Client(host="http://localhost", transport=transport, **options)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import httpx2
-import openai
 import pytest
 from anthropic.types import ToolParam
 from daemonproc import Daemon, start_daemon
@@ -113,8 +111,7 @@ def test_codex_turn_a_function_call_item(daemon: Daemon, stream: bool) -> None:
         "parameters": CITY,
         "strict": False,
     }
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)), timeout=600)
-    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as client:  # type: ignore[arg-type]
+    with daemon.openai(timeout=600) as client:
         kw: dict[str, Any] = {
             "model": MODEL,
             "input": ASK,

@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
-import ollama
-import openai
 import pytest
 from daemonproc import Daemon, start_daemon
 
@@ -40,9 +37,7 @@ def expected(tiny_related_draft: Path) -> list[list[float]]:
 
 
 def test_openai_embeddings_base64_and_float(daemon: Daemon, expected: list[list[float]]) -> None:
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    client = openai.OpenAI(base_url="http://localhost/v1", api_key="socket", http_client=http)  # type: ignore[arg-type]
-    with client:
+    with daemon.openai() as client:
         # The SDK asks for base64 (float32) unless told otherwise, and decodes it.
         packed = client.embeddings.create(model="text-embedding-3-small", input=TEXTS)
         floats = client.embeddings.create(model="GPT-4", input=TEXTS[1], encoding_format="float")
@@ -56,9 +51,7 @@ def test_openai_embeddings_base64_and_float(daemon: Daemon, expected: list[list[
 
 
 def test_ollama_embed_and_embeddings(daemon: Daemon, expected: list[list[float]]) -> None:
-    with ollama.Client(
-        host="http://localhost", transport=httpx.HTTPTransport(uds=str(daemon.socket_path))
-    ) as c:
+    with daemon.ollama() as c:
         out = c.embed(model="nomic-embed-text", input=TEXTS)
         old = c.embeddings(model="nomic-embed-text", prompt=TEXTS[1])
     assert [list(v) for v in out.embeddings] == expected

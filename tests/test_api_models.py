@@ -86,17 +86,13 @@ def http(daemon: Daemon) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def oai(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    inner = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)), timeout=60.0)
-    # openai 3 types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
-    client = openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=inner, max_retries=0)  # type: ignore[arg-type]
-    with client:
+    with daemon.openai(max_retries=0) as client:
         yield client
 
 
 @pytest.fixture
 def oll(daemon: Daemon) -> Iterator[ollama.Client]:
-    transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
-    with ollama.Client(host="http://localhost", transport=transport) as client:
+    with daemon.ollama() as client:
         yield client
 
 

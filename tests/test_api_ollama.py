@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import ollama
 import pytest
 import tinymodels
@@ -51,8 +50,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, fim_target: Path) -> Iterat
 
 @pytest.fixture
 def uds_ollama(daemon: Daemon) -> Iterator[ollama.Client]:
-    transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
-    with ollama.Client(host="http://localhost", transport=transport) as client:
+    with daemon.ollama() as client:
         yield client
 
 

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import ollama
 import pytest
 from daemonproc import Daemon, start_daemon
@@ -52,8 +51,7 @@ def daemon(
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[ollama.Client]:
-    transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
-    with ollama.Client(host="http://localhost", transport=transport) as c:
+    with daemon.ollama() as c:
         yield c
 
 

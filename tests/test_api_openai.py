@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from daemonproc import TOKEN, Daemon, start_daemon
@@ -39,10 +38,7 @@ def daemon(
 
 @pytest.fixture
 def uds_openai(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    # openai 3 types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
-    client = openai.OpenAI(base_url="http://localhost/v1", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
-    with client:
+    with daemon.openai() as client:
         yield client
 
 
@@ -206,14 +202,12 @@ def test_unknown_model_is_404(uds_openai: openai.OpenAI) -> None:
 
 def test_routes_without_v1_as_llama_server_serves_them(daemon: Daemon) -> None:
     """Clients configured with the bare base URL (llama-server's) call /chat/completions and /models."""
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    client = openai.OpenAI(base_url="http://localhost", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
-    with client:
+    with daemon.openai(path="") as client, daemon.http() as http:
         assert next(m.id for m in client.models.list()) == "tiny-target"
         chat = client.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=8, temperature=0)
         text = client.completions.create(model="tiny-target", prompt="the model", max_tokens=8, temperature=0)
         with_v1 = http.post(
-            "http://localhost/v1/chat/completions",
+            "/v1/chat/completions",
             json={"model": "tiny-target", "messages": CHAT, "max_tokens": 8, "temperature": 0},
         ).json()
     assert chat.choices[0].message.content == with_v1["choices"][0]["message"]["content"]

@@ -10,8 +10,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-import ollama
 import pytest
 from daemonproc import Daemon, start_daemon
 from test_api_infill import LLAMA_VIM_ACCEPTS, curl_post, llama_vim_fim, vim_json
@@ -33,9 +31,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_dra
 
 
 def test_show_describes_qwen_as_ollama_would(daemon: Daemon) -> None:
-    with ollama.Client(
-        host="http://localhost", transport=httpx.HTTPTransport(uds=str(daemon.socket_path))
-    ) as c:
+    with daemon.ollama() as c:
         shown = c.show("qwen2.5-coder:1.5b")
         assert c.show("qwen2.5-coder:1.5b-instruct-q4_K_M").template == shown.template
     assert shown.capabilities == ["completion", "insert", "tools"]  # Qwen's template renders tools

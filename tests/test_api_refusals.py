@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import ollama
 import openai
 import pytest
@@ -25,18 +24,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Itera
 
 @pytest.fixture
 def oai(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    # openai types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
-    c = openai.OpenAI(base_url="http://localhost/v1", api_key="socket", http_client=http, max_retries=0)  # type: ignore[arg-type]
-    with c:
+    with daemon.openai(max_retries=0) as c:
         yield c
 
 
 @pytest.fixture
 def oll(daemon: Daemon) -> Iterator[ollama.Client]:
-    with ollama.Client(
-        host="http://localhost", transport=httpx.HTTPTransport(uds=str(daemon.socket_path))
-    ) as c:
+    with daemon.ollama() as c:
         yield c
 
 

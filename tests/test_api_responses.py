@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 from daemonproc import Daemon, start_daemon
@@ -24,9 +23,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Itera
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    c = openai.OpenAI(base_url="http://localhost/v1", api_key="on-the-socket", http_client=http)  # type: ignore[arg-type]
-    with c:
+    with daemon.openai() as c:
         yield c
 
 

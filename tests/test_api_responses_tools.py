@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jsonschema_rs
 import openai
 import pytest
@@ -60,8 +59,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Iterator
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as c:  # type: ignore[arg-type]
+    with daemon.openai() as c:
         yield c
 
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jsonschema_rs
 import ollama
 import openai
@@ -60,16 +59,13 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Iterator
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)))
-    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as c:  # type: ignore[arg-type]
+    with daemon.openai() as c:
         yield c
 
 
 @pytest.fixture
 def ollama_client(daemon: Daemon) -> Iterator[ollama.Client]:
-    with ollama.Client(
-        host="http://localhost", transport=httpx.HTTPTransport(uds=str(daemon.socket_path))
-    ) as c:
+    with daemon.ollama() as c:
         yield c
 
 

@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import ollama
 import openai
 import pytest
 from daemonproc import Daemon, start_daemon
@@ -58,8 +56,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_dra
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket_path)), timeout=600)
-    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as c:  # type: ignore[arg-type]
+    with daemon.openai(timeout=600) as c:
         yield c
 
 
@@ -99,8 +96,7 @@ def test_openai_stream_returns_the_call_as_deltas(client: openai.OpenAI) -> None
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_ollama_chat_returns_the_call_with_object_arguments(daemon: Daemon, stream: bool) -> None:
-    transport = httpx.HTTPTransport(uds=str(daemon.socket_path))
-    with ollama.Client(host="http://localhost", transport=transport, timeout=600) as client:
+    with daemon.ollama(timeout=600) as client:
         kw: dict[str, Any] = {
             "model": MODEL,
             "messages": [{"role": "user", "content": "What is the weather in Paris right now?"}],
