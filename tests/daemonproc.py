@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import httpx2
 import ollama
 import openai
 
@@ -93,6 +95,14 @@ class Daemon:
         # openai 3 types http_client as httpx2.Client and accepts httpx.Client too (checked at runtime).
         base = f"http://localhost{path}"
         return openai.OpenAI(base_url=base, api_key="on-the-socket", http_client=http, **options)  # type: ignore[arg-type]
+
+    def anthropic(self, **options: Any) -> anthropic.Anthropic:
+        """The real anthropic package over the unix socket; `options` go to anthropic.Anthropic."""
+        # anthropic talks through httpx2, httpx's fork; the unix socket is its transport's too.
+        http = httpx2.Client(transport=httpx2.HTTPTransport(uds=str(self.socket_path)))
+        return anthropic.Anthropic(
+            base_url="http://localhost", api_key="on-the-socket", http_client=http, **options
+        )
 
     def ollama(self, **options: Any) -> ollama.Client:
         """The real ollama package over the unix socket; `options` go to ollama.Client (and httpx)."""

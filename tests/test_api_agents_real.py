@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
-import httpx2
 import pytest
 from anthropic.types import ToolParam
 from daemonproc import Daemon, start_daemon
@@ -72,8 +70,7 @@ def _openai_chat_turn(daemon: Daemon, call_id: str, arguments: dict[str, Any]) -
 
 def test_claude_code_turn_a_tool_use_then_its_result(daemon: Daemon) -> None:
     tool: ToolParam = {"name": "get_weather", "description": DESCRIPTION, "input_schema": CITY}
-    http = httpx2.Client(transport=httpx2.HTTPTransport(uds=str(daemon.socket_path)), timeout=600)
-    with anthropic.Anthropic(base_url="http://localhost", api_key="x", http_client=http) as client:
+    with daemon.anthropic(timeout=600) as client:
         kw: dict[str, Any] = {"model": "claude-sonnet-5-5", "tools": [tool], "extra_body": {"temperature": 0}}
         with client.messages.stream(
             max_tokens=60, messages=[{"role": "user", "content": ASK}], **kw

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2
 import pytest
 from anthropic.types import MessageParam, TextBlockParam
 from daemonproc import TOKEN, Daemon, start_daemon
@@ -29,9 +28,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Itera
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[anthropic.Anthropic]:
-    # anthropic talks through httpx2, httpx's fork; the unix socket is its transport's too.
-    http = httpx2.Client(transport=httpx2.HTTPTransport(uds=str(daemon.socket_path)))
-    with anthropic.Anthropic(base_url="http://localhost", api_key="on-the-socket", http_client=http) as c:
+    with daemon.anthropic() as c:
         yield c
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2
 import jsonschema_rs
 import pytest
 import tinymodels
@@ -46,8 +45,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Iterator
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[anthropic.Anthropic]:
-    http = httpx2.Client(transport=httpx2.HTTPTransport(uds=str(daemon.socket_path)))
-    with anthropic.Anthropic(base_url="http://localhost", api_key="on-the-socket", http_client=http) as c:
+    with daemon.anthropic() as c:
         yield c
 
 
