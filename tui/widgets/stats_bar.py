@@ -90,6 +90,8 @@ class StatsBar(Vertical):
         model: str | None = None,
     ) -> None:
         self.speed_text = speed_line(live, now, method, k, memory)
+        if not self.children:  # a timer's tick landing while the app shuts down, its lines removed
+            return
         self.query_one("#stats-speed", Static).update(self.speed_text)
         self.query_one("#stats-models", Static).update(models_line(health, model))
         self.query_one("#stats-spark", Sparkline).data = live.series() if live is not None else []
