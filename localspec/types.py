@@ -89,7 +89,8 @@ class SpecParams:
     """Which speculation to run; k is the most tokens drafted per step.
 
     k None means the method's default: DEFAULT_K for a fixed method, and for auto the most its
-    controller drafts (localspec.auto.costmodel.K_MAX). An explicit k caps auto too.
+    controller drafts (localspec.auto.costmodel.NGRAM_K_MAX for an n-gram copy, K_MAX for a draft
+    model). An explicit k caps auto too.
     """
 
     method: Method = "auto"

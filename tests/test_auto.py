@@ -28,7 +28,14 @@ from replaytraces import (
 )
 from scipy import stats
 
-from localspec.auto.costmodel import K_MAX, NGRAM_CONTINUE_PRIOR, Curve, Plan, PositionalAcceptance
+from localspec.auto.costmodel import (
+    K_MAX,
+    LONG_WIDTHS,
+    NGRAM_CONTINUE_PRIOR,
+    Curve,
+    Plan,
+    PositionalAcceptance,
+)
 from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
 from localspec.auto.replay import Machine, SimClock, Trace, TraceDrafter, replay
 from localspec.engine import speculative
@@ -103,6 +110,81 @@ def test_a_long_copy_is_drafted_from_its_first_dozen_tokens_not_learnt_first() -
     result = replay(trace, policy, m, clock, charge_policy=False)
     assert "ngram" in chosen[:13], chosen[:20]
     assert result.tokens_per_second >= 2.0 * run_fixed(m, trace, "none", 0).tokens_per_second
+
+
+# The same machine's curve with its wide verifies (calibrate, 1.5B Q4_K_M, 2 AVX-512 cores): widths of
+# 16m are cheap, the ones just past them dear.
+BLOCKS = {1: 1.0, 2: 1.7, 4: 2.7, 8: 4.6, 12: 5.5, 15: 6.8, 16: 5.2, 17: 6.6, 24: 7.9, 31: 9.9, 32: 9.0}
+BLOCKS |= {33: 9.6, 40: 11.2, 47: 13.1, 48: 12.8, 49: 13.4, 63: 16.9, 64: 16.5}
+WIDE = Curve.from_points({n: 25 * MS * v for n, v in BLOCKS.items()}, 64)
+
+
+def recorded_ks(policy: AutoPolicy) -> list[int]:
+    """Wrap the policy's choose to record the k of each drafting step."""
+    ks: list[int] = []
+    choose = policy.choose
+
+    def recording(ctx: speculative.StepContext) -> tuple[object, int]:
+        drafter, k = choose(ctx)
+        if drafter is not None:
+            ks.append(k)
+        return drafter, k
+
+    policy.choose = recording  # type: ignore[method-assign,assignment]
+    return ks
+
+
+def test_a_long_copy_is_drafted_in_the_cheap_wide_verifies() -> None:
+    # A whole file copied: past its first dozen tokens the match is sure, and a verify of 48 or 64
+    # positions yields ~4 tokens per decode where 16 yields 3. Widths past 16 are only the measured
+    # cheap ones (31 costs more than 32 here; an interpolated width is a guess).
+    m, trace = machine(WIDE), copy_trace()
+    trace = dataclasses.replace(trace, output=trace.prompt[20:290])
+    clock = SimClock()
+    policy = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None, clock=clock)
+    ks = recorded_ks(policy)
+    wide = replay(trace, policy, m, clock, charge_policy=False)
+    assert max(ks) + 1 in LONG_WIDTHS and max(ks) >= 47, ks
+    assert all(k <= K_MAX or k + 1 in LONG_WIDTHS for k in ks), ks
+    clock = SimClock()
+    capped = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None, k_max=K_MAX, clock=clock)
+    narrow = replay(trace, capped, m, clock, charge_policy=False)
+    assert wide.tokens == narrow.tokens == len(trace.output)
+    assert wide.tokens_per_second > 1.1 * narrow.tokens_per_second, ks
+
+
+def test_a_draft_model_still_drafts_at_most_k_max_tokens() -> None:
+    m, trace = machine(GPU, draft_ratio=0.05), fresh_trace(draft_hits=1.0)
+    clock = SimClock()
+    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), None, TraceDrafter(trace, m), clock=clock)
+    ks = recorded_ks(policy)
+    replay(trace, policy, m, clock, charge_policy=False)
+    assert ks and max(ks) == K_MAX
+
+
+def test_a_daemons_later_requests_start_from_the_ngram_estimates_earlier_ones_learned() -> None:
+    # An editor's second edit of the file: learned on the first, its copy drafts long from the start.
+    m, trace = machine(WIDE), copy_trace()
+    trace = dataclasses.replace(trace, output=trace.prompt[20:290])
+    shared: dict[str, PositionalAcceptance] = {}
+    firsts = []
+    for _ in range(2):
+        clock = SimClock()
+        policy = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None, ngram_estimates=shared, clock=clock)
+        ks = recorded_ks(policy)
+        replay(trace, policy, m, clock, charge_policy=False)
+        firsts.append(ks[:3])
+    assert shared and all(key.startswith("ngram/") for key in shared)
+    assert sum(firsts[1]) > sum(firsts[0]), firsts
+    # Each request its own estimates otherwise.
+    alone = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None)
+    assert all(est.seen[0] == 0 for est in alone.acceptance.values())
+
+
+def test_without_near_tie_redecides_no_tie_is_expected() -> None:
+    costs = FrozenCosts(WIDE)
+    assert AutoPolicy(costs, NgramDrafter(), None, near_tie_prior=0.0).near_tie == 0.0
+    assert AutoPolicy(costs, NgramDrafter(), None).near_tie > 0.0
 
 
 def test_positional_acceptance_can_skip_positions_counted_already() -> None:

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from localspec.auto import calibrate as cal
-from localspec.auto.costmodel import K_MAX, Curve
+from localspec.auto.costmodel import K_MAX, LONG_WIDTHS, VERIFY_MAX, Curve
 from localspec.cli import cli
 from localspec.engine.config import LoadOptions
 from localspec.engine.llama import LlamaModel
@@ -36,12 +36,30 @@ def model(model_file: Path) -> Iterator[LlamaModel]:
     loaded.close()
 
 
-def test_measures_a_curve_for_1_to_16_tokens_and_leaves_the_cache_empty(model: LlamaModel) -> None:
+def test_measures_a_curve_for_1_to_64_tokens_and_leaves_the_cache_empty(model: LlamaModel) -> None:
     curve = cal.measure(model)
-    assert len(curve.seconds) == K_MAX + 1 == 16
+    assert len(curve.seconds) == VERIFY_MAX == 64
     assert min(curve.seconds) > 0
     assert curve(16) > curve(1)  # (not necessarily at every step: kernels work in blocks)
     assert model.n_past == 0
+
+
+def test_measures_every_width_to_16_then_only_the_long_widths_auto_may_use(model: LlamaModel) -> None:
+    assert cal.usable_sizes(model, cal.SIZES) == cal.SIZES
+    # --exact verifies a few tokens at most: measuring wider would only slow its first load.
+    exact = LlamaModel(model.path, LoadOptions(n_ctx=256, n_threads=1, batch_invariant=True))
+    try:
+        assert cal.usable_sizes(exact, cal.SIZES) == tuple(range(1, K_MAX + 2))
+        assert set(LONG_WIDTHS) <= set(cal.usable_sizes(model, cal.SIZES))
+    finally:
+        exact.close()
+    # No width past the context (the measurement decodes after a prefix).
+    short = LlamaModel(model.path, LoadOptions(n_ctx=48, n_threads=1))
+    try:
+        assert max(cal.usable_sizes(short, cal.SIZES)) == 32  # 48 positions, 16 of them the prefix
+        assert cal.calibrate(short, model.path.parent).curve(1) > 0
+    finally:
+        short.close()
 
 
 def test_one_pass_is_enough_when_the_budget_is_spent(model: LlamaModel) -> None:
@@ -189,8 +207,10 @@ def test_cli_calibrates_then_reads_the_cache(tiny_target: Path, tiny_perfect_dra
     assert first.exit_code == 0, first.output
     report = json.loads(first.output)
     assert report["target"]["from_cache"] is False and report["draft"]["from_cache"] is False
-    assert len(report["target"]["seconds"]) == 16
+    assert len(report["target"]["seconds"]) == 64
+    assert report["target"]["measured"] == [*range(1, 17), 24, 32, 48, 64]
     assert set(report["break_even"]) == {"ngram", "draft"}
+    assert "63" in report["break_even"]["ngram"]
     second = CliRunner().invoke(cli, args)
     assert second.exit_code == 0, second.output
     assert "cached" in second.output and "V(n)/V(1)" in second.output

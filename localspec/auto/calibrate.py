@@ -2,7 +2,8 @@
 
 Whether speculation pays is a property of the machine: verifying 5 tokens costs
 about one token's time on a GPU and ~3 on a 2-core CPU. The auto policy needs
-that curve, V(n) for n = 1..16, for the target and the draft model. Measuring it
+that curve, V(n) for n = 1..16 and a few wider verifies (for long n-gram copies), for
+the target and the draft model. Measuring it
 takes a few seconds, so it is cached per model file (path, size, mtime), thread
 count, offload and llama.cpp build; a change to any of them measures again.
 
@@ -27,14 +28,15 @@ from typing import Any
 import llama_cpp
 
 from localspec.atomicfile import write_text_atomic
-from localspec.auto.costmodel import K_MAX, Curve
+from localspec.auto.costmodel import K_MAX, LONG_WIDTHS, VERIFY_MAX, Curve
 from localspec.engine.config import LoadOptions, default_threads
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
 from localspec.errors import StorageError, storage_error
 
 # Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in
 # blocks of 4 rows, so on this machine V(4) < V(3), V(8) < V(7) and V(16) < V(15) (measured).
-SIZES = tuple(range(1, 17))
+# Past 16 only the widths auto may use (costmodel.LONG_WIDTHS).
+SIZES = (*range(1, K_MAX + 2), *LONG_WIDTHS)
 # A draft is charged per token and for short catch-ups: a few sizes, interpolated, are enough.
 DRAFT_SIZES = (1, 2, 4, 8, 16)
 PASSES = 3
@@ -161,7 +163,7 @@ def measure(
         if done:
             break
     model.reset()
-    return Curve.from_points(best, K_MAX + 1)
+    return Curve.from_points(best, VERIFY_MAX)
 
 
 def _timed(model: LlamaModel, tokens: Sequence[int], n: int) -> float:
@@ -189,6 +191,7 @@ def calibrate(
 
     Stale includes a cache measured while the machine was busy, found by a one-token spot check.
     """
+    sizes = usable_sizes(model, sizes)
     key = calibration_key(model.path, model.options, sizes)
     cached = None if refresh else load_cached(cache_dir, key)
     if cached is not None and not measured_busy(cached(1), spot_check(model)):
@@ -202,6 +205,13 @@ def calibrate(
     except StorageError as exc:  # the curve is still good for this process; it is measured again next time
         return Calibration(key, curve, from_cache=False, not_saved=exc.message)
     return Calibration(key, curve, from_cache=False)
+
+
+def usable_sizes(model: LlamaModel, sizes: Sequence[int]) -> tuple[int, ...]:
+    """The sizes this loading can use: no wider verify than it allows (--exact: a few tokens), every
+    width up to K_MAX + 1 still measured (the draft's decodes use them), and none past the context."""
+    widest = min(max(K_MAX + 1, model.max_verify_batch), model.options.n_ctx - PREFIX)
+    return tuple(n for n in sizes if n <= widest) or (1,)
 
 
 def measured_busy(cached_s: float, now_s: float) -> bool:

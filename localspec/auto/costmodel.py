@@ -16,8 +16,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-# The most tokens auto drafts in one step; calibration measures V up to K_MAX + 1.
+# The most tokens a draft model drafts in one step; calibration measures V at every width up to K_MAX + 1.
 K_MAX = 15
+# Wider verifies, for an n-gram's long copy: only these widths, each measured. llama.cpp's CPU matrix
+# kernels work in blocks, so a width of 16m is cheap and one just past it dear (1.5B Q4_K_M on 2 AVX-512
+# cores, in one-token decodes: V(31) = 9.9, V(32) = 8.7, V(47) = 13.1, V(48) = 12.1, V(64) = 15.6).
+# llama.cpp's ngram-simple drafts 48 tokens at once; a copy that runs on pays ~25% more drafted 63 at a
+# time than 15 (64 / 15.6 against 16 / 5.0 tokens per decode).
+LONG_WIDTHS = (24, 32, 48, 64)
+# The most tokens any drafter drafts in one step (an n-gram copying a long run), and the widest verify.
+NGRAM_K_MAX = LONG_WIDTHS[-1] - 1
+VERIFY_MAX = LONG_WIDTHS[-1]
 # Conditional acceptance assumed before any step is seen. Draft models of the same family accept
 # ~60-80% of greedy tokens; n-gram acceptance rises with the match length and with a run of copying.
 DRAFT_PRIOR = 0.7
@@ -69,7 +78,7 @@ class Curve:
         return cls(tuple(_interpolate(points, n) for n in range(1, n_max + 1)))
 
     @classmethod
-    def linear(cls, per_token: float, n_max: int = K_MAX + 1) -> Curve:
+    def linear(cls, per_token: float, n_max: int = VERIFY_MAX) -> Curve:
         """No gain from batching: what to assume when nothing was measured (speculation never pays)."""
         return cls(tuple(per_token * n for n in range(1, n_max + 1)))
 
@@ -164,8 +173,13 @@ class Plan:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
+def allowed(k: int) -> bool:
+    """Whether a step may draft k tokens: every k up to K_MAX, past it only into a measured LONG_WIDTH."""
+    return k <= K_MAX or k + 1 in LONG_WIDTHS
+
+
 def best_k(option: Option) -> Plan:
-    """The k in 1..k_max with the most expected tokens per second for this drafter."""
+    """The allowed k in 1..k_max with the most expected tokens per second for this drafter."""
     # StepCost.seconds and expected_tokens, unrolled into one pass: this runs before every step.
     cost, accept, tie = option.cost, option.accept, option.near_tie
     points, scale = cost.verify.seconds, cost.verify_scale
@@ -179,7 +193,7 @@ def best_k(option: Option) -> Plan:
         extra += reach * redecide
         verify = points[k] if k < len(points) else cost.verify(k + 1)
         seconds = fixed + k * cost.per_draft + scale * verify + extra
-        if tokens * best.seconds > best.tokens * seconds:
+        if tokens * best.seconds > best.tokens * seconds and allowed(k):
             best = Plan(option.name, k, tokens, seconds)
         elif reach < 1e-3:
             break  # what is left to gain cannot pay for even the next position
@@ -279,7 +293,7 @@ class PositionalAcceptance:
         strength: float = 1.0,
         decay: float = 0.9,
         caution: float = 1.0,
-        size: int = K_MAX + 1,
+        size: int = VERIFY_MAX,
     ):
         self.prior = prior
         # What position 1 shrinks toward (default: position 0): a run, once begun, may differ.

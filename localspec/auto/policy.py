@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from localspec.auto.costmodel import (
     DRAFT_PRIOR,
     K_MAX,
+    NGRAM_K_MAX,
     ConfidenceMap,
     Curve,
     EarlyStop,
@@ -186,7 +187,11 @@ class StepRecord:
 class AutoPolicy:
     """The Policy behind `--method auto`: plain decoding, unless a drafter is expected to beat it.
 
-    `k_max` caps the tokens drafted per step (a request's k; at most K_MAX, what calibration covers).
+    `k_max` caps the tokens drafted per step (a request's k): at most NGRAM_K_MAX for an n-gram's
+    copy, K_MAX for the draft model. `ngram_estimates` holds the n-gram's acceptance by match length;
+    shared by an engine's requests, the next request starts from what earlier ones learned (a
+    24-token match is a copy in any text). `near_tie_prior`: the share of verified positions
+    re-decided alone before any is seen (only --exact re-decides; 0 where nothing is).
     """
 
     def __init__(
@@ -195,17 +200,21 @@ class AutoPolicy:
         ngram: NgramDrafter | None,
         draft: ModelDraft | None,
         *,
-        k_max: int = K_MAX,
+        k_max: int = NGRAM_K_MAX,
+        ngram_estimates: dict[str, PositionalAcceptance] | None = None,
+        near_tie_prior: float = NEAR_TIE_PRIOR,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.costs = costs
-        self.k_max = max(1, min(k_max, K_MAX))
+        self.k_max = max(1, min(k_max, NGRAM_K_MAX))
+        self.draft_k_max = min(self.k_max, K_MAX)
         self.acceptance: dict[str, PositionalAcceptance] = {}
+        self._ngram_estimates = {} if ngram_estimates is None else ngram_estimates
         self.confidence = ConfidenceMap()
         self.efficiency: dict[str, Efficiency] = {}
         self.streak = 0
         # Near-ties per verified position (decayed counts, seeded with a few percent).
-        self.ties, self.tie_positions = NEAR_TIE_PRIOR * TIE_PRIOR_WEIGHT, TIE_PRIOR_WEIGHT
+        self.ties, self.tie_positions = near_tie_prior * TIE_PRIOR_WEIGHT, TIE_PRIOR_WEIGHT
         self.steps: Counter[str] = Counter()
         self.k_total = 0
         self._ngram = ngram
@@ -240,7 +249,7 @@ class AutoPolicy:
             draft_cost = self.costs.step_cost(self._draft.name, lag, model=True)
             accept = self._estimates(self._draft.name)
             eff = self._efficiency(self._draft.name).value
-            options.append(Option(self._draft.name, accept, draft_cost, self.k_max, tie, eff))
+            options.append(Option(self._draft.name, accept, draft_cost, self.draft_k_max, tie, eff))
         choice = plan(self.costs.step_cost(None), options)
         self._last = StepRecord(choice.name, choice, now, len(ctx.tokens), peek, key, lag)
         self.steps[choice.name or "none"] += 1
@@ -253,9 +262,9 @@ class AutoPolicy:
         # A near-tie ends the step like a rejection: to the stop rule, it lowers every acceptance.
         accept = self._estimates(self._draft.name)
         ahead = [(1.0 - tie) * p for p in accept]
-        self._draft.begin(EarlyStop(draft_cost, ahead, self.k_max), accept, 1.0 - tie, self._last)
+        self._draft.begin(EarlyStop(draft_cost, ahead, self.draft_k_max), accept, 1.0 - tie, self._last)
         # The plan only says drafting pays; how far it goes is the draft's confidence's call.
-        return self._draft, self.k_max
+        return self._draft, self.draft_k_max
 
     def observe(self, outcome: StepOutcome) -> None:
         step = self._last
@@ -347,7 +356,10 @@ class AutoPolicy:
         estimator = self.acceptance.get(key)
         if estimator is None:
             if key.startswith("ngram/"):
-                estimator = PositionalAcceptance(ngram_prior(key), then=ngram_continue_prior(key))
+                estimator = self._ngram_estimates.get(key)
+                if estimator is None:
+                    estimator = PositionalAcceptance(ngram_prior(key), then=ngram_continue_prior(key))
+                    self._ngram_estimates[key] = estimator
             else:
                 # No caution for a model draft: it learns only while it runs, and a cautious
                 # estimate would stop it after one bad step. Its cost keeps it off where it loses.

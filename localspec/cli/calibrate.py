@@ -14,7 +14,7 @@ from localspec.cli.app import cli
 from localspec.cli.options import LoadProgress
 from localspec.printable import printable
 
-SHOWN_K = (1, 2, 3, 4, 6, 8)
+SHOWN_K = (1, 2, 3, 4, 6, 8, 15, 31, 63)
 
 
 @cli.command()
@@ -24,12 +24,12 @@ SHOWN_K = (1, 2, 3, 4, 6, 8)
 @click.option("--gpu-layers", type=int, help="Target layers on the GPU (-1: all).")
 @click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (-1: all).")
 @click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), help="KV cache type.")
-@click.option("--exact/--fast", "exact", default=None, help="Curves for exact (default) or --fast loading.")
+@click.option("--exact/--fast", "exact", default=None, help="Curves for --exact or the default fast loading.")
 @click.option("--rpc", metavar="HOST:PORT[,...]", help="The target on these RPC workers (as serve --rpc).")
 @click.option("--refresh", is_flag=True, help="Measure again even when a cached curve exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
-    """Measure how long verifying n = 1..16 tokens in one batch takes on this machine.
+    """Measure how long verifying n = 1..16 tokens (and 24, 32, 48, 64) in one batch takes here.
 
     `auto` speculates only where that pays: on a GPU verifying 8 tokens costs about one;
     on a small CPU it costs several. Curves are cached per model file, threads and backend.
@@ -85,6 +85,8 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
             "threads": result.key["threads"],
             "gpu_layers": result.key["gpu_layers"],
             "seconds": list(result.curve.seconds),
+            # The widths timed; the others are interpolated (auto drafts only into these past 16).
+            "measured": list(result.key["sizes"]),
         }
     report["break_even"] = _break_even(report)
     if as_json:
@@ -108,9 +110,10 @@ def _break_even(report: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     if report["draft"] is not None:
         per = report["draft"]["seconds"][0]
         costs["draft"] = StepCost(verify, 0.0, per, per)
+    widest = max(report["target"]["measured"])
     out: dict[str, dict[str, float | None]] = {}
     for name, cost in costs.items():
-        values = {str(k): break_even(cost, k) for k in SHOWN_K}
+        values = {str(k): break_even(cost, k) for k in SHOWN_K if k < widest}
         out[name] = {k: (None if math.isinf(v) else round(v, 3)) for k, v in values.items()}
     return out
 
@@ -122,7 +125,8 @@ def _print(report: dict[str, Any]) -> None:
     click.echo(f"target {Path(target['file']).name}: {source}, {target['threads']} threads, ", nl=False)
     click.echo(f"gpu layers {target['gpu_layers']}")
     click.echo("   n   V(n) ms   V(n)/V(1)   tok/s if all n kept")
-    for n, s in enumerate(seconds, start=1):
+    for n in target["measured"]:
+        s = seconds[n - 1]
         click.echo(f"{n:4d} {s * 1e3:9.2f} {s / seconds[0]:11.2f} {n / s:17.1f}")
     draft = report["draft"]
     if draft is not None:
@@ -134,6 +138,6 @@ def _print(report: dict[str, Any]) -> None:
         )
     click.echo("acceptance needed to match plain decoding (same at every position; - : never pays):")
     click.echo("   k " + "".join(f"{name:>8}" for name in report["break_even"]))
-    for k in SHOWN_K:
+    for k in (k for k in SHOWN_K if str(k) in report["break_even"]["ngram"]):
         cells = [report["break_even"][name][str(k)] for name in report["break_even"]]
         click.echo(f"{k:4d} " + "".join("       -" if c is None else f"{c:8.2f}" for c in cells))

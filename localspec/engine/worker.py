@@ -34,6 +34,7 @@ from localspec.errors import LocalspecError, OverloadedError, StorageError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, TokenChunk
 
 if TYPE_CHECKING:
+    from localspec.auto.costmodel import PositionalAcceptance
     from localspec.auto.policy import AutoPolicy, OnlineCosts
 
 log = logging.getLogger("localspec.engine")
@@ -113,6 +114,8 @@ class Engine:
         self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
+        # auto's n-gram acceptance by match length, learned across requests (as _auto_costs is).
+        self._ngram_estimates: dict[str, PositionalAcceptance] = {}
         # Chat templates run in the renderer's child process, never on the engine thread.
         self.renderer = TemplateRenderer()
         self._template: ChatTemplate | None = None
@@ -402,16 +405,20 @@ class Engine:
         return NgramDrafter(**sizes, memory=None if seeded else self._ngram_memory)
 
     def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
-        from localspec.auto.costmodel import K_MAX
-        from localspec.auto.policy import AutoPolicy
+        from localspec.auto.costmodel import NGRAM_K_MAX
+        from localspec.auto.policy import NEAR_TIE_PRIOR, AutoPolicy
 
+        assert self._target is not None
         draft = self._drafters.get("draft")
         # Its own n-gram index, matching up to 8 tokens: the match length is the evidence auto weighs.
         return AutoPolicy(
             self._calibrated(),
             ngram,
             draft if isinstance(draft, ModelDrafter) else None,
-            k_max=min(K_MAX if k is None else k, self._k_limit()),
+            k_max=min(NGRAM_K_MAX if k is None else k, self._k_limit()),
+            ngram_estimates=self._ngram_estimates,
+            # Only --exact re-decides near-ties; elsewhere a prior for them only shortens drafts.
+            near_tie_prior=NEAR_TIE_PRIOR if self._target.exact else 0.0,
         )
 
     def _k_limit(self) -> int:
