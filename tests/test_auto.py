@@ -174,7 +174,8 @@ def test_a_daemons_later_requests_start_from_the_ngram_estimates_earlier_ones_le
         ks = recorded_ks(policy)
         replay(trace, policy, m, clock, charge_policy=False)
         firsts.append(ks[:3])
-    assert shared and all(key.startswith("ngram/") for key in shared)
+    # Only long matches' estimates: what a short match is worth depends on the text.
+    assert shared and all(key.startswith(("ngram/12/", "ngram/24/")) for key in shared), shared
     assert sum(firsts[1]) > sum(firsts[0]), firsts
     # Each request its own estimates otherwise.
     alone = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None)
@@ -293,6 +294,24 @@ def test_plain_steps_still_teach_the_ngram_estimates() -> None:
     assert policy.acceptance["ngram/2/0"].estimates()[0] < 0.1
 
 
+def test_short_matches_start_from_how_this_requests_matches_have_done() -> None:
+    # Where every match has been wrong, a match length not seen yet starts below its fixed prior;
+    # where matches keep copying, above it. (A 6-token match after a copy was right 0.85 of the time
+    # in the bench set's answers, 0.93 in its edits.)
+    rng = np.random.default_rng(4)
+    out = [int(t) for t in rng.integers(0, RNG_VOCAB, 160)]
+    prompt = [t for i in range(1, 160) for t in (out[i - 1], out[i], RNG_VOCAB + i)]
+    _, misled = run_auto(machine(CPU), Trace("misleading", tuple(prompt), tuple(out)))
+    _, copying = run_auto(machine(CPU), copy_trace())
+    assert misled.lift < 0.5 < 1.0 < copying.lift
+    fresh = AutoPolicy(OnlineCosts(CPU), NgramDrafter(), None)
+    unseen = "ngram/6/1"
+    assert unseen not in misled.acceptance and unseen not in fresh.acceptance
+    assert misled._estimates(unseen)[0] < 0.6 * fresh._estimates(unseen)[0]
+    # Long matches are copies in any text: their priors stay as they are.
+    assert misled._estimates("ngram/24/1")[0] == pytest.approx(fresh._estimates("ngram/24/1")[0])
+
+
 def test_online_costs_follow_what_steps_really_take() -> None:
     costs = OnlineCosts(CPU, CPU.scaled(0.5))
     plan = Plan(None, 0, 1.0, CPU(1))
@@ -348,7 +367,24 @@ def test_a_redecide_s_time_is_taken_out_of_the_verify_time() -> None:
         step = StepRecord("ngram", plan, 0.0, 10, drafted=3, accepted=1, redecided=1, redecide_s=redecide_s)
         step.target_s = 1.5 * CPU(4) + redecide_s
         costs.learn(step)
-    assert costs.target_scale == pytest.approx(1.5, rel=0.001)
+    assert costs.batch_scale == pytest.approx(1.5, rel=0.001)
+
+
+def test_batched_verifies_learn_their_own_scale_beside_plain_decodes() -> None:
+    # At a long context a verify's every position attends over it: plain decodes take 1.2x the
+    # calibrated curve, a 16-token verify 1.4x. Plain steps set the plain scale, drafting ones how
+    # much more a batch takes; a plan for drafting counts both.
+    costs = OnlineCosts(CPU)
+    plain, wide = Plan(None, 0, 1.0, CPU(1)), Plan("ngram", 15, 8.0, CPU(16))
+    for _ in range(60):
+        costs.learn(StepRecord(None, plain, 0.0, 1200, target_s=1.2 * CPU(1), wall_s=1.2 * CPU(1)))
+        step = StepRecord("ngram", wide, 0.0, 1200, drafted=15, accepted=15, target_s=1.4 * CPU(16))
+        step.wall_s = step.target_s
+        costs.learn(step)
+    assert costs.target_scale == pytest.approx(1.2, rel=0.01)
+    assert costs.batch_scale == pytest.approx(1.4, rel=0.01)
+    assert costs.step_cost(None).seconds(0) == pytest.approx(1.2 * CPU(1), rel=0.01)
+    assert costs.step_cost("ngram").verify_s(16) == pytest.approx(1.4 * CPU(16), rel=0.01)
 
 
 # --- the tiny models, through llama.cpp -----------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 
 from localspec.auto.costmodel import (
     K_MAX,
+    NGRAM_PRIOR_MAX,
     ConfidenceMap,
     Curve,
     EarlyStop,
@@ -264,7 +265,7 @@ def test_ngram_keys_group_match_lengths_and_runs_of_copying() -> None:
     assert ngram_key(31, 1) == "ngram/24/1"
     assert ngram_prior("ngram/6/1") > ngram_prior("ngram/6/0") > ngram_prior("ngram/2/0")
     assert ngram_prior("ngram/24/0") > ngram_prior("ngram/12/0") > ngram_prior("ngram/6/0")
-    assert all(ngram_prior(f"ngram/{n}/1") <= 0.95 for n in (2, 3, 4, 6, 12, 24))
+    assert all(ngram_prior(f"ngram/{n}/1") <= NGRAM_PRIOR_MAX for n in (2, 3, 4, 6, 12, 24))
 
 
 def test_the_longer_the_match_the_longer_its_copy_is_expected_to_run() -> None:

@@ -23,6 +23,7 @@ from localspec.auto.costmodel import (
     DRAFT_PRIOR,
     K_MAX,
     NGRAM_K_MAX,
+    NGRAM_PRIOR_MAX,
     ConfidenceMap,
     Curve,
     EarlyStop,
@@ -61,6 +62,16 @@ CATCH_UP_CHARGED = 2
 NEAR_TIE_PRIOR = 0.05
 TIE_PRIOR_WEIGHT = 20.0
 TIE_DECAY = 0.98
+# The shortest n-gram match whose acceptance estimates an engine's requests share: a match of 12+
+# tokens is a copy in any text, while what a 2-6 token match is worth depends on the text (a rename's
+# copy, or prose where short matches are chance): learned on one request, it would mislead the next.
+SHARED_MATCH = 12
+# The n-gram's first-token priors are fixed per match length, but the texts differ: in an edit most
+# matches continue a copy, in an answer about a document most short ones are chance. Each request
+# scales the priors of short matches by how its matches have done against theirs (hits over the
+# priors' sum, decayed, LIFT_STRENGTH matches "as expected" before any is seen).
+LIFT_DECAY = 0.95
+LIFT_STRENGTH = 4.0
 # How many steps' worth of evidence the draft model's prior acceptance counts for.
 DRAFT_PRIOR_WEIGHT = 2.0
 
@@ -120,6 +131,10 @@ class OnlineCosts:
         self.verify = verify
         self.draft = draft
         self.target_scale = 1.0
+        # A batched verify's time over what target_scale predicts for it: the curve is measured
+        # after a 16-token prefix, and attention over a long context costs each position of a batch
+        # (1.5B on 2 AVX-512 cores at 1,200 tokens: V(1) 1.18x the calibrated, V(16) 1.40x, V(48) 1.51x).
+        self.batch_ratio = 1.0
         self.draft_scale = 1.0
         self.overhead = 0.0
         self.per_token: dict[str, float] = {}
@@ -127,11 +142,16 @@ class OnlineCosts:
         # known even before any plain step (a draft that always runs would otherwise hide it).
         self._residuals = _Line()
 
+    @property
+    def batch_scale(self) -> float:
+        """What a batched verify takes over the calibrated curve."""
+        return self.target_scale * self.batch_ratio
+
     def step_cost(self, name: str | None, lag: int = 1, *, model: bool = False) -> StepCost:
         """The cost of a step with drafter `name` (None: plain); `model` drafters decode, n-grams look up."""
-        verify, scale = self.verify, self.target_scale
+        verify, scale = self.verify, self.batch_scale
         if name is None:
-            return StepCost(verify, self.overhead, verify_scale=scale)
+            return StepCost(verify, self.overhead, verify_scale=self.target_scale)
         extra = self.per_token.get(name, 0.0)
         if not model or self.draft is None:
             return StepCost(verify, self.overhead, extra, extra, scale)
@@ -143,8 +163,11 @@ class OnlineCosts:
         """Fold one finished step's times into the corrections."""
         # A near-tie's one-token decode is not the batch's cost: the verify curve is the batch alone.
         batch_s = step.target_s - step.redecide_s
-        if batch_s > 0:
-            self.target_scale = _clamp(_ew(self.target_scale, batch_s / self.verify(step.drafted + 1)))
+        if batch_s > 0 and step.drafted:
+            ratio = batch_s / self.verify(step.drafted + 1) / self.target_scale
+            self.batch_ratio = _clamp(_ew(self.batch_ratio, ratio))
+        elif batch_s > 0:
+            self.target_scale = _clamp(_ew(self.target_scale, batch_s / self.verify(1)))
         residual = step.wall_s - step.target_s - step.draft_s
         if step.decodes and self.draft is not None and step.lag <= K_MAX + 1:
             predicted = self.draft(step.lag) + (step.decodes - 1) * self.draft(1)
@@ -188,9 +211,9 @@ class AutoPolicy:
     """The Policy behind `--method auto`: plain decoding, unless a drafter is expected to beat it.
 
     `k_max` caps the tokens drafted per step (a request's k): at most NGRAM_K_MAX for an n-gram's
-    copy, K_MAX for the draft model. `ngram_estimates` holds the n-gram's acceptance by match length;
-    shared by an engine's requests, the next request starts from what earlier ones learned (a
-    24-token match is a copy in any text). `near_tie_prior`: the share of verified positions
+    copy, K_MAX for the draft model. `ngram_estimates` holds the n-gram's acceptance for long matches
+    (SHARED_MATCH+); shared by an engine's requests, the next request starts from what earlier ones
+    learned. `near_tie_prior`: the share of verified positions
     re-decided alone before any is seen (only --exact re-decides; 0 where nothing is).
     """
 
@@ -210,6 +233,7 @@ class AutoPolicy:
         self.draft_k_max = min(self.k_max, K_MAX)
         self.acceptance: dict[str, PositionalAcceptance] = {}
         self._ngram_estimates = {} if ngram_estimates is None else ngram_estimates
+        self._lift_hits = self._lift_expected = 0.0
         self.confidence = ConfidenceMap()
         self.efficiency: dict[str, Efficiency] = {}
         self.streak = 0
@@ -311,6 +335,7 @@ class AutoPolicy:
             judged = min(len(step.peek), len(new))
             accepted = next((i for i in range(judged) if step.peek[i] != new[i]), judged)
             self._estimator(step.ngram_key).observe(accepted, judged)
+            self._learn_lift(step.ngram_key, accepted > 0)
             self.streak = self.streak + 1 if accepted else 0
             if self._pending is None and accepted == judged < len(step.peek):
                 self._pending = (step.n_tokens, step.peek, step.ngram_key, judged)
@@ -356,10 +381,11 @@ class AutoPolicy:
         estimator = self.acceptance.get(key)
         if estimator is None:
             if key.startswith("ngram/"):
-                estimator = self._ngram_estimates.get(key)
+                shared = self._ngram_estimates if int(key.split("/")[1]) >= SHARED_MATCH else {}
+                estimator = shared.get(key)
                 if estimator is None:
                     estimator = PositionalAcceptance(ngram_prior(key), then=ngram_continue_prior(key))
-                    self._ngram_estimates[key] = estimator
+                    shared[key] = estimator
             else:
                 # No caution for a model draft: it learns only while it runs, and a cautious
                 # estimate would stop it after one bad step. Its cost keeps it off where it loses.
@@ -371,7 +397,24 @@ class AutoPolicy:
         return self.efficiency.setdefault(name, Efficiency())
 
     def _estimates(self, key: str) -> list[float]:
-        return self._estimator(key).estimates()
+        estimator = self._estimator(key)
+        if key.startswith("ngram/") and key not in self._ngram_estimates:
+            # A short match's worth depends on the text: its prior follows how this request's
+            # matches have done against theirs (a key with no evidence yet starts from there).
+            prior = min(NGRAM_PRIOR_MAX, ngram_prior(key) * self.lift)
+            if prior != estimator.prior:
+                estimator.prior = prior
+                estimator.invalidate()
+        return estimator.estimates()
+
+    def _learn_lift(self, key: str, hit: bool) -> None:
+        self._lift_hits = self._lift_hits * LIFT_DECAY + hit
+        self._lift_expected = self._lift_expected * LIFT_DECAY + ngram_prior(key)
+
+    @property
+    def lift(self) -> float:
+        """How this request's n-gram matches do against their priors: first tokens right over expected."""
+        return (self._lift_hits + LIFT_STRENGTH) / (self._lift_expected + LIFT_STRENGTH)
 
     def summary(self) -> dict[str, object]:
         """Share of steps per choice and the mean k planned (over all steps; over drafting ones)."""
