@@ -162,26 +162,6 @@ def test_a_draft_model_still_drafts_at_most_k_max_tokens() -> None:
     assert ks and max(ks) == K_MAX
 
 
-def test_a_daemons_later_requests_start_from_the_ngram_estimates_earlier_ones_learned() -> None:
-    # An editor's second edit of the file: learned on the first, its copy drafts long from the start.
-    m, trace = machine(WIDE), copy_trace()
-    trace = dataclasses.replace(trace, output=trace.prompt[20:290])
-    shared: dict[str, PositionalAcceptance] = {}
-    firsts = []
-    for _ in range(2):
-        clock = SimClock()
-        policy = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None, ngram_estimates=shared, clock=clock)
-        ks = recorded_ks(policy)
-        replay(trace, policy, m, clock, charge_policy=False)
-        firsts.append(ks[:3])
-    # Only long matches' estimates: what a short match is worth depends on the text.
-    assert shared and all(key.startswith(("ngram/12/", "ngram/24/")) for key in shared), shared
-    assert sum(firsts[1]) > sum(firsts[0]), firsts
-    # Each request its own estimates otherwise.
-    alone = AutoPolicy(FrozenCosts(m.verify), NgramDrafter(), None)
-    assert all(est.seen[0] == 0 for est in alone.acceptance.values())
-
-
 def test_without_near_tie_redecides_no_tie_is_expected() -> None:
     costs = FrozenCosts(WIDE)
     assert AutoPolicy(costs, NgramDrafter(), None, near_tie_prior=0.0).near_tie == 0.0

@@ -34,7 +34,6 @@ from localspec.errors import LocalspecError, OverloadedError, StorageError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, TokenChunk
 
 if TYPE_CHECKING:
-    from localspec.auto.costmodel import PositionalAcceptance
     from localspec.auto.policy import AutoPolicy, OnlineCosts
 
 log = logging.getLogger("localspec.engine")
@@ -114,8 +113,6 @@ class Engine:
         self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
-        # auto's n-gram acceptance by match length, learned across requests (as _auto_costs is).
-        self._ngram_estimates: dict[str, PositionalAcceptance] = {}
         # Chat templates run in the renderer's child process, never on the engine thread.
         self.renderer = TemplateRenderer()
         self._template: ChatTemplate | None = None
@@ -416,7 +413,6 @@ class Engine:
             ngram,
             draft if isinstance(draft, ModelDrafter) else None,
             k_max=min(NGRAM_K_MAX if k is None else k, self._k_limit()),
-            ngram_estimates=self._ngram_estimates,
             # Only --exact re-decides near-ties; elsewhere a prior for them only shortens drafts.
             near_tie_prior=NEAR_TIE_PRIOR if self._target.exact else 0.0,
         )
