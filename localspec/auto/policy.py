@@ -332,7 +332,8 @@ class AutoPolicy:
             judged = min(len(step.peek), len(new))
             accepted = next((i for i in range(judged) if step.peek[i] != new[i]), judged)
             self._estimator(step.ngram_key).observe(accepted, judged)
-            self._learn_lift(step.ngram_key, accepted > 0)
+            if _lifted(step.ngram_key):
+                self._learn_lift(step.ngram_key, accepted > 0)
             self.streak = self.streak + 1 if accepted else 0
             if self._pending is None and accepted == judged < len(step.peek):
                 self._pending = (step.n_tokens, step.peek, step.ngram_key, judged)
@@ -391,7 +392,7 @@ class AutoPolicy:
 
     def _estimates(self, key: str) -> list[float]:
         estimator = self._estimator(key)
-        if key.startswith("ngram/") and int(key.split("/")[1]) < LIFTED_BELOW:
+        if _lifted(key):
             # A short match's worth depends on the text: its prior follows how this request's
             # matches have done against theirs (a key with no evidence yet starts from there).
             prior = min(NGRAM_PRIOR_MAX, ngram_prior(key) * self.lift)
@@ -419,6 +420,11 @@ class AutoPolicy:
             "mean_k": self.k_total / total if total else 0.0,
             "mean_k_drafting": self.k_total / drafting if drafting else 0.0,
         }
+
+
+def _lifted(key: str) -> bool:
+    """Whether the key is a short n-gram match's, whose prior follows the request's lift."""
+    return key.startswith("ngram/") and int(key.split("/")[1]) < LIFTED_BELOW
 
 
 class _StoppingDrafter:
