@@ -328,9 +328,11 @@ class PositionalAcceptance:
         self.seen = [s * factor for s in self.seen]
         self._cached = None
 
-    def invalidate(self) -> None:
-        """The prior changed: estimates are worked out again."""
-        self._cached = None
+    def set_prior(self, prior: float) -> None:
+        """A new prior for position 0 (the request's lift moved it): estimates are worked out again."""
+        if prior != self.prior:
+            self.prior = prior
+            self._cached = None
 
     def means(self) -> list[float]:
         out: list[float] = []

@@ -395,10 +395,7 @@ class AutoPolicy:
         if _lifted(key):
             # A short match's worth depends on the text: its prior follows how this request's
             # matches have done against theirs (a key with no evidence yet starts from there).
-            prior = min(NGRAM_PRIOR_MAX, ngram_prior(key) * self.lift)
-            if prior != estimator.prior:
-                estimator.prior = prior
-                estimator.invalidate()
+            estimator.set_prior(min(NGRAM_PRIOR_MAX, ngram_prior(key) * self.lift))
         return estimator.estimates()
 
     def _learn_lift(self, key: str, hit: bool) -> None:

@@ -138,6 +138,6 @@ def _print(report: dict[str, Any]) -> None:
         )
     click.echo("acceptance needed to match plain decoding (same at every position; - : never pays):")
     click.echo("   k " + "".join(f"{name:>8}" for name in report["break_even"]))
-    for k in (k for k in SHOWN_K if str(k) in report["break_even"]["ngram"]):
-        cells = [report["break_even"][name][str(k)] for name in report["break_even"]]
-        click.echo(f"{k:4d} " + "".join("       -" if c is None else f"{c:8.2f}" for c in cells))
+    for k in report["break_even"]["ngram"]:  # the SHOWN_K this curve measured far enough for
+        cells = [report["break_even"][name][k] for name in report["break_even"]]
+        click.echo(f"{int(k):4d} " + "".join("       -" if c is None else f"{c:8.2f}" for c in cells))
