@@ -19,6 +19,7 @@ from localspec.auto.costmodel import K_MAX, LONG_WIDTHS, VERIFY_MAX, Curve
 from localspec.cli import cli
 from localspec.engine.config import LoadOptions
 from localspec.engine.llama import LlamaModel
+from localspec.engine.prefill import attach_plain_prefill
 
 TINY = LoadOptions(n_ctx=256, n_threads=1)
 
@@ -60,6 +61,24 @@ def test_measures_every_width_to_16_then_only_the_long_widths_auto_may_use(model
         assert cal.calibrate(short, model.path.parent).curve(1) > 0
     finally:
         short.close()
+
+
+def test_a_model_reading_wide_batches_with_a_plain_copy_has_its_own_curve(
+    model: LlamaModel, model_file: Path, tmp_path: Path
+) -> None:
+    # Its 48- and 64-wide verifies run on the plain copy: not the repacked model's curve, so not
+    # its cache entry either (`localspec calibrate` without the copy must not answer for the engine).
+    alone = cal.calibrate(model, tmp_path)
+    with_copy = LlamaModel(model_file, LoadOptions(n_ctx=256, n_threads=1, plain_prefill=True))
+    try:
+        attach_plain_prefill(with_copy, tmp_path)
+        assert with_copy.plain_prefill
+        measured = cal.calibrate(with_copy, tmp_path)
+        assert not measured.from_cache and measured.key != alone.key
+        assert cal.calibrate(with_copy, tmp_path).from_cache
+    finally:
+        with_copy.close()
+    assert "plain_prefill" not in alone.key and cal.calibrate(model, tmp_path).from_cache
 
 
 def test_one_pass_is_enough_when_the_budget_is_spent(model: LlamaModel) -> None:

@@ -193,6 +193,10 @@ def calibrate(
     """
     sizes = usable_sizes(model, sizes)
     key = calibration_key(model.path, model.options, sizes)
+    if model.plain_prefill:
+        # Batches of PREFILL_MIN+ tokens (the wide verifies) then run on the plain copy: another
+        # curve than the repacked model's alone (only then in the key, as with RPC workers).
+        key["plain_prefill"] = True
     cached = None if refresh else load_cached(cache_dir, key)
     if cached is not None and not measured_busy(cached(1), spot_check(model)):
         return Calibration(key, cached, from_cache=True)

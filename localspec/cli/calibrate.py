@@ -40,6 +40,7 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
     from localspec.auto.calibrate import calibrate as run_calibration
     from localspec.engine.config import LoadOptions
     from localspec.engine.llama import LlamaModel
+    from localspec.engine.prefill import attach_plain_prefill
     from localspec.engine.rpc import parse_endpoints
     from localspec.paths import Paths
     from localspec.resolve import draft_path, target_path
@@ -67,6 +68,8 @@ def calibrate(refresh: bool, as_json: bool, **flags: Any) -> None:
         if path is None:
             continue
         model = LlamaModel(path, opts)
+        if role == "target":  # as the engine loads it: wide verifies may run on a plain copy
+            attach_plain_prefill(model, paths.cache_dir)
         try:
             result = run_calibration(
                 model,

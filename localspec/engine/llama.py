@@ -39,8 +39,10 @@ KV_TYPES = {
 GGUF_MAGIC = b"GGUF"
 # Inputs this long or longer go to the plain prefill copy, when one is attached. Measured on the
 # 2-core AVX-512 machine (Qwen2.5-Coder-1.5B, after 300 cached tokens): the plain layout reads 16
-# tokens 1.04x as fast as the repacked one, 32 1.09x, 48 1.26x, 128 1.55x. Above the largest verify
-# (k <= 32), so verifies always run on the repacked weights.
+# tokens 1.04x as fast as the repacked one, 32 1.09x, 48 1.26x, 128 1.55x. Verifies of up to 33
+# positions always run on the repacked weights; auto's widest (48 and 64, n-gram copies) go to the
+# plain copy where the cache is small enough to hand over (PREFILL_PER_CACHED), and calibration
+# measures them that way (its cache key says so).
 PREFILL_MIN = 40
 # Handing the cache over copies every cached position (~16 us each there, one way) against ~2.4 ms
 # saved per token read: an input must be at least 1/PREFILL_PER_CACHED of what is cached to pay.
