@@ -153,6 +153,21 @@ def test_a_long_copy_is_drafted_in_the_cheap_wide_verifies() -> None:
     assert wide.tokens_per_second > 1.1 * narrow.tokens_per_second, ks
 
 
+def test_a_replayed_draft_may_run_past_a_replys_end_and_pays_for_it() -> None:
+    # The reply stops (its end-of-text) 12 tokens into a copy of the prompt: the engine cannot
+    # know, drafts the copy on, and its verify rejects what lies past the end. Replayed with the
+    # request's max_tokens, the same tokens come out and the step pays its whole width.
+    m, trace = machine(WIDE), copy_trace()
+    short = dataclasses.replace(trace, output=trace.prompt[20:32])
+    stops, runs_on = (
+        replay(short, FixedPolicy(NgramDrafter(), 15), m, charge_policy=False, max_tokens=limit)
+        for limit in (None, 128)
+    )
+    assert stops.tokens == runs_on.tokens == len(short.output)
+    assert stops.drafted <= len(short.output) - 1 < runs_on.drafted
+    assert runs_on.seconds > stops.seconds
+
+
 def test_a_draft_model_still_drafts_at_most_k_max_tokens() -> None:
     m, trace = machine(GPU, draft_ratio=0.05), fresh_trace(draft_hits=1.0)
     clock = SimClock()

@@ -167,11 +167,15 @@ def replay(
     clock: SimClock | None = None,
     *,
     charge_policy: bool = True,
+    max_tokens: int | None = None,
 ) -> Replayed:
     """Run `policy` over the trace as Generation would (greedy), charging the machine's costs.
 
     With `charge_policy`, the real time the policy itself takes to choose and learn is charged
-    too: it is paid on every step on the real machine.
+    too: it is paid on every step on the real machine. `max_tokens`: the request's limit, when
+    the trace ended before it (the target's end of text): a draft may then run past the end, as
+    the engine cannot know where the reply stops, and its tokens there are rejected. None: the
+    trace's length (drafts stop at its end).
     """
     clock = clock or SimClock()
     out, result = trace.output, Replayed(tokens=1)
@@ -184,11 +188,13 @@ def replay(
         if charge_policy:
             clock.advance(time.perf_counter() - thinking)
         # As Generation stops at max_tokens and at its largest exact verify batch.
-        k = machine.draft_limit(min(k, len(out) - result.tokens - 1))
+        limit = len(out) if max_tokens is None else max(max_tokens, len(out))
+        k = machine.draft_limit(min(k, limit - result.tokens - 1))
         draft = _draft(drafter, k, tokens, trace.prompt, started)
         clock.advance(machine.step_overhead + draft.seconds)
         n = len(draft.tokens)
         new, accepted, redecided = verify_outcome(trace, result.tokens, draft.tokens)
+        new = min(new, len(out) - result.tokens)  # past the end the target chose its end of text
         # As Generation: a near-tie at position new - 1 ends the judging there.
         judged = min(new, n) if redecided else n
         redecide_s = machine.verify(1) if redecided else 0.0
@@ -232,9 +238,10 @@ def verify_outcome(trace: Trace, at: int, draft: Sequence[int]) -> tuple[int, in
     """
     out, gaps, n = trace.output, trace.target_gap, len(draft)
     for i in range(n + 1):
-        if n and gaps and gaps[at + i] < NEAR_TIE:
+        ended = at + i >= len(out)  # the reply's end: the target chose its end-of-text token there
+        if n and not ended and at + i < len(gaps) and gaps[at + i] < NEAR_TIE:
             return i + 1, i + int(i < n and draft[i] == out[at + i]), True
-        if i < n and draft[i] != out[at + i]:
+        if i < n and (ended or draft[i] != out[at + i]):
             return i + 1, i, False
     return n + 1, n, False
 
