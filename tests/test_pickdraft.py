@@ -17,7 +17,7 @@ import tinymodels
 from click.testing import CliRunner, Result
 from test_gguf_info import shared_cache
 
-from localspec.auto.costmodel import Curve
+from localspec.auto.costmodel import LONG_WIDTHS, Curve
 from localspec.cli import cli
 from localspec.paths import Paths
 from localspec.pickdraft import cost
@@ -241,14 +241,28 @@ def test_cost_model_gpu_and_cpu_shapes() -> None:
 
 
 def test_the_fast_prior_is_our_repacked_calibration_and_drafts_past_the_exact_cap() -> None:
-    fast = Curve(tuple(cost.REPACKED_CPU_CURVE(n) for n in range(1, 17)))
-    assert fast(2) == pytest.approx(1.98) and fast(16) == pytest.approx(5.92)
-    assert fast(32) > fast(16)  # extrapolated, never flat
+    fast = Curve(tuple(cost.REPACKED_CPU_CURVE(n) for n in range(1, 65)))
+    assert fast(2) == pytest.approx(1.64) and fast(16) == pytest.approx(5.22)
+    assert fast(64) == pytest.approx(12.64)
+    assert fast(80) > fast(64)  # extrapolated, never flat
     # A long copy (first token 0.93, runs at 0.96) pays only with long drafts: past --exact's 6.
     long_copy = ngram_estimate(fast, 1.0, [0.93, 0.96], measured=False, k_max=cost.FAST_K_MAX)
     assert long_copy.k > cost.EXACT_K_MAX and long_copy.speedup > 1.5
     capped = ngram_estimate(fast, 1.0, [0.93, 0.96], measured=False, k_max=cost.EXACT_K_MAX)
     assert capped.speedup < long_copy.speedup
+
+
+def test_ngram_estimates_draft_copies_as_far_as_auto_does_and_only_into_its_widths() -> None:
+    fast = Curve(tuple(cost.REPACKED_CPU_CURVE(n) for n in range(1, 65)))
+    whole_file = [0.97, 0.99]
+    wide = ngram_estimate(fast, 1.0, whole_file, measured=False, k_max=cost.ngram_k_max(repack=True))
+    assert wide.k > cost.FAST_K_MAX and wide.k + 1 in LONG_WIDTHS
+    narrow = ngram_estimate(fast, 1.0, whole_file, measured=False, k_max=cost.FAST_K_MAX)
+    assert wide.speedup > narrow.speedup
+    assert cost.ngram_k_max(repack=False) == cost.EXACT_K_MAX
+    # Every k the search may return is one auto would draft: none between the measured widths.
+    flat = Curve(tuple(1.0 + 0.01 * n for n in range(64)))  # the longest draft always pays most
+    assert ngram_estimate(flat, 1.0, whole_file, measured=False, k_max=40).k == 31  # V(32), not V(41)
 
 
 def test_probe_counts_give_conditional_acceptance() -> None:

@@ -12,10 +12,12 @@ not measured, from the memory plan:
 - verifying n tokens costs V(n) = 1 + 0.4 (n - 1) target tokens on a CPU with batch-invariant
   loading (`--exact`; calibration on the 2-core CI machine: V(4) = 2.25, V(7) = 3.48); with
   repacked weights (the default) it follows REPACKED_CPU_POINTS, our own calibration of the Qwen
-  1.5B target on a 2-core AVX-512 CPU (V(2) = 1.98, V(4) = 3.22, V(8) = 5.03, V(16) = 5.92: dear for
-  short drafts, cheap for long ones, which only copies fill); it is nearly flat on a GPU;
-- drafts go as far as the engine verifies: 6 tokens with --exact (EXACT_VERIFY_BATCH), auto's
-  K_MAX otherwise;
+  1.5B target on a 2-core AVX-512 CPU (V(2) = 1.64, V(4) = 2.62, V(8) = 4.63, V(16) = 5.22,
+  V(64) = 12.64: dear for short drafts, cheap for long ones, which only copies fill); it is nearly
+  flat on a GPU;
+- drafts go as far as the engine verifies: 6 tokens with --exact (EXACT_VERIFY_BATCH); otherwise
+  auto's K_MAX for a draft model and, for an n-gram copy, NGRAM_K_MAX into the verify widths
+  auto drafts to (`costmodel.allowed`);
 - acceptance: the controller's DRAFT_PRIOR for a draft model; n-gram lookup drafts on
   NGRAM_MATCH_RATE of steps with the controller's prior for a 4-token match.
 
@@ -30,10 +32,12 @@ from pathlib import Path
 
 from localspec.auto.costmodel import (
     DRAFT_PRIOR,
+    NGRAM_K_MAX,
     NGRAM_PRIOR_BY_LENGTH,
     Curve,
     Option,
     StepCost,
+    allowed,
     best_k,
     expected_tokens,
 )
@@ -48,9 +52,10 @@ from localspec.pickdraft.memplan import MemoryPlan, ModelShape
 # one-token decoding (engine.config.EXACT_VERIFY_BATCH), so the engine never runs them.
 EXACT_K_MAX = EXACT_VERIFY_BATCH - 1
 CPU_VERIFY_SLOPE = 0.4
-# V(n) / V(1) with repacked weights, at the widths the kernels like (they work in blocks of 4 rows),
-# interpolated between: `localspec calibrate` on the 2-core AVX-512 machine (docs/benchmarks.md).
-REPACKED_CPU_POINTS = {1: 1.0, 2: 1.98, 4: 3.22, 8: 5.03, 16: 5.92}
+# V(n) / V(1) with repacked weights, at the widths the kernels like (they work in blocks of 4 rows,
+# and batches of 40+ are read with the plain prefill copy), interpolated between: `localspec
+# calibrate` on the 2-core AVX-512 machine, 2026-11-24 (docs/benchmarks.md).
+REPACKED_CPU_POINTS = {1: 1.0, 2: 1.64, 4: 2.62, 8: 4.63, 16: 5.22, 24: 7.87, 32: 9.87, 48: 10.47, 64: 12.64}
 GPU_VERIFY_SLOPE = 0.02
 # Effective bytes per second of decoding: only their ratio matters, for a model split across both.
 CPU_BANDWIDTH = 20e9
@@ -87,6 +92,7 @@ class Costs:
         self.measured_target = curves.get(target_path)
         self.curves = curves
         self.k_max = k_max(repack)
+        self.ngram_k_max = ngram_k_max(repack)
         self.cpu_shape: Callable[[int], float] = REPACKED_CPU_CURVE if repack else _exact_shape
 
     def verify(self, plan: MemoryPlan) -> Curve:
@@ -97,7 +103,7 @@ class Costs:
         return Curve(tuple(s / seconds[0] for s in seconds))
 
     def _prior(self, shape: ModelShape, gpu_layers: int, all_on_gpu: bool) -> tuple[float, ...]:
-        return _prior_seconds(shape, gpu_layers, all_on_gpu, self.cpu_shape, self.k_max)
+        return _prior_seconds(shape, gpu_layers, all_on_gpu, self.cpu_shape, self.ngram_k_max)
 
     def draft_model(
         self, draft: ModelShape, plan: MemoryPlan, acceptance: float, path: Path | None
@@ -125,15 +131,22 @@ class Costs:
 
     def ngram(self, plan: MemoryPlan) -> Estimate:
         verify = self.verify(plan)
-        return ngram_estimate(verify, NGRAM_MATCH_RATE, NGRAM_ACCEPTANCE, measured=False, k_max=self.k_max)
+        return ngram_estimate(
+            verify, NGRAM_MATCH_RATE, NGRAM_ACCEPTANCE, measured=False, k_max=self.ngram_k_max
+        )
 
 
 def ngram_estimate(
     verify: Curve, match_rate: float, accept: Sequence[float], *, measured: bool, k_max: int = EXACT_K_MAX
 ) -> Estimate:
-    """N-gram lookup at its best k: a step without a match costs one target token and yields one."""
+    """N-gram lookup at its best k: a step without a match costs one target token and yields one.
+
+    Past K_MAX only the widths auto drafts to count (`costmodel.allowed`), and none past the curve.
+    """
     best: Estimate | None = None
     for k in range(1, min(k_max, len(verify.seconds) - 1) + 1):
+        if not allowed(k):
+            continue
         tokens = match_rate * expected_tokens(accept, k) + (1 - match_rate)
         seconds = match_rate * verify(k + 1) + (1 - match_rate) * verify(1)
         if best is None or tokens / seconds > best.speedup:
@@ -159,8 +172,13 @@ REPACKED_CPU_CURVE = Curve.from_points(REPACKED_CPU_POINTS, max(REPACKED_CPU_POI
 
 
 def k_max(repack: bool) -> int:
-    """The most tokens the engine drafts per step: auto's K_MAX, or 6 with --exact (not repacked)."""
+    """The most tokens a draft model drafts per step: auto's K_MAX, or 6 with --exact (not repacked)."""
     return FAST_K_MAX if repack else EXACT_K_MAX
+
+
+def ngram_k_max(repack: bool) -> int:
+    """The most tokens an n-gram copy drafts per step: NGRAM_K_MAX, or 6 with --exact."""
+    return NGRAM_K_MAX if repack else EXACT_K_MAX
 
 
 def _prior_seconds(

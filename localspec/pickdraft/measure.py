@@ -24,7 +24,7 @@ from localspec.engine.prompting import prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.engine.templating import TemplateRenderer
 from localspec.paths import Paths
-from localspec.pickdraft.cost import Estimate, estimate, k_max, ngram_estimate
+from localspec.pickdraft.cost import Estimate, estimate, k_max, ngram_estimate, ngram_k_max
 from localspec.pickdraft.rank import Candidate, PickResult, choose, describe, rank_key
 from localspec.types import ChatMessage, GenerationRequest, SamplingParams
 
@@ -125,11 +125,13 @@ def _measure_one(
     step: _Step,
 ) -> Estimate:
     verify = Curve(curve.relative())
-    # As far as the engine will verify in this loading (6 with --exact, auto's K_MAX otherwise).
+    # As far as the engine will verify in this loading (6 with --exact; otherwise auto's K_MAX for
+    # a draft model, NGRAM_K_MAX for an n-gram copy).
     most = k_max(repack=not options.batch_invariant)
     if cand.method == "ngram":
         counts = probe(target, NgramDrafter(), prompts, max_tokens, lambda f: step("probing", f))
-        return ngram_estimate(verify, counts.match_rate, counts.acceptance(), measured=True, k_max=most)
+        copy_most = ngram_k_max(repack=not options.batch_invariant)
+        return ngram_estimate(verify, counts.match_rate, counts.acceptance(), measured=True, k_max=copy_most)
     path = cand.path if cand.method == "draft" else _layerskip_file(target.path)
     assert path is not None and cand.plan is not None and cand.plan.draft is not None
     draft = LlamaModel(path, replace(options, gpu_layers=cand.plan.draft.llama_gpu_layers))
