@@ -36,6 +36,7 @@ from localspec.auto.costmodel import (
     Plan,
     PositionalAcceptance,
 )
+from localspec.auto.oracle import ceiling
 from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
 from localspec.auto.replay import Machine, SimClock, Trace, TraceDrafter, replay
 from localspec.engine import speculative
@@ -166,6 +167,25 @@ def test_a_replayed_draft_may_run_past_a_replys_end_and_pays_for_it() -> None:
     assert stops.tokens == runs_on.tokens == len(short.output)
     assert stops.drafted <= len(short.output) - 1 < runs_on.drafted
     assert runs_on.seconds > stops.seconds
+
+
+def test_a_replayed_step_after_a_long_context_costs_what_attention_over_it_adds() -> None:
+    # Every position of a verify attends over the whole context: with a per-context cost, the same
+    # trace behind a longer prompt replays slower, and wide verifies grow more than plain steps.
+    per_context = Curve(tuple(1e-6 * n for n in range(1, 65)))
+    flat, grows = machine(WIDE), dataclasses.replace(machine(WIDE), per_context=per_context, measured_at=16)
+    assert grows.verify_at(16, 16) == flat.verify(16)
+    assert grows.verify_at(16, 1016) == pytest.approx(flat.verify(16) + 1000 * 16e-6)
+    trace = copy_trace()
+    longer = dataclasses.replace(trace, prompt=(*range(10_000, 11_000), *trace.prompt))
+    seconds = [
+        replay(t, FixedPolicy(NgramDrafter(), 15), m, charge_policy=False).seconds
+        for m in (flat, grows)
+        for t in (trace, longer)
+    ]
+    assert seconds[0] == pytest.approx(seconds[1])  # no context model: the prompt's length is free
+    assert seconds[1] < seconds[2] < seconds[3]
+    assert ceiling(longer, grows).result.seconds > ceiling(longer, flat).result.seconds
 
 
 def test_a_draft_model_still_drafts_at_most_k_max_tokens() -> None:

@@ -87,14 +87,16 @@ def _moves(
     room: int,
 ) -> list[tuple[tuple[int, int], float, tuple[str, int, int, bool]]]:
     """Every useful step from position i: plain decoding, or k tokens a drafter gets right."""
-    plain = machine.step_overhead + machine.verify(1) + machine.position_overhead
+    context = len(trace.prompt) + i
+    plain = machine.step_overhead + machine.verify_at(1, context) + machine.position_overhead
     moves = [((i + 1, seen), plain, ("none", 0, 0, False))]
     for method, run in runs.items():
         for k in range(1, min(run[i], room) + 1):
             drafted = trace.output[i : i + k]
             new, accepted, redecided = verify_outcome(trace, i, drafted)
-            seconds = machine.step_overhead + machine.verify(k + 1) + machine.position_overhead * (k + 1)
-            seconds += machine.verify(1) if redecided else 0.0
+            seconds = machine.step_overhead + machine.verify_at(k + 1, context)
+            seconds += machine.position_overhead * (k + 1)
+            seconds += machine.verify_at(1, context) if redecided else 0.0
             after = seen
             if method == "draft":
                 assert machine.draft is not None

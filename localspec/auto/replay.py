@@ -68,6 +68,16 @@ class Machine:
     # The largest verify batch the engine runs (LlamaModel.max_verify_batch): a step drafts at most
     # one fewer. None: no limit (a machine on paper).
     max_verify_batch: int | None = None
+    # What each token of context adds to a batch of n, `verify` being measured after `measured_at`
+    # tokens (`costmodel.at_context`). None: every step costs as after a short prefix.
+    per_context: Curve | None = None
+    measured_at: int = 0
+
+    def verify_at(self, n: int, context: int) -> float:
+        """Seconds to verify a batch of n after `context` tokens."""
+        if self.per_context is None or context <= self.measured_at:
+            return self.verify(n)
+        return self.verify(n) + (context - self.measured_at) * self.per_context(n)
 
     def draft_limit(self, k: int) -> int:
         """`k`, or fewer: the most a step may draft here, as the engine caps it."""
@@ -197,8 +207,8 @@ def replay(
         new = min(new, len(out) - result.tokens)  # past the end the target chose its end of text
         # As Generation: a near-tie at position new - 1 ends the judging there.
         judged = min(new, n) if redecided else n
-        redecide_s = machine.verify(1) if redecided else 0.0
-        target_s = machine.verify(n + 1) + redecide_s
+        redecide_s = machine.verify_at(1, len(tokens)) if redecided else 0.0
+        target_s = machine.verify_at(n + 1, len(tokens)) + redecide_s
         clock.advance(target_s + machine.position_overhead * (n + 1))
         name = drafter.name if drafter is not None and n else "none"
         thinking = time.perf_counter()
