@@ -141,22 +141,24 @@ def measure(
     passes: int = PASSES,
     budget_s: float = BUDGET_S,
     progress: ProgressFn | None = None,
+    prefix: int = PREFIX,
 ) -> Curve:
-    """V(n): the fastest of up to `passes` timed decodes of n tokens (logits at each) for each size.
+    """V(n): the fastest of up to `passes` timed decodes of n tokens (logits at each) for each size,
+    each after `prefix` tokens of context.
 
     Leaves the model's cache empty.
     """
-    tokens = _tokens(model, PREFIX + max(sizes))
+    tokens = _tokens(model, prefix + max(sizes))
     model.reset()
-    model.decode(tokens[:PREFIX], 1)
+    model.decode(tokens[:prefix], 1)
     # One untimed decode first: the first touches of the weights and buffers are slow.
-    _timed(model, tokens, max(sizes))
+    _timed(model, tokens, max(sizes), prefix)
     best = {n: math.inf for n in sizes}
     started = time.perf_counter()
     for p in range(passes):
         # Alternate the order, so no size always follows the largest decode.
         for n in sizes if p % 2 == 0 else reversed(sizes):
-            best[n] = min(best[n], _timed(model, tokens, n))
+            best[n] = min(best[n], _timed(model, tokens, n, prefix))
         done = p + 1 == passes or time.perf_counter() - started > budget_s
         if progress is not None:
             progress(1.0 if done else (p + 1) / passes)
@@ -166,9 +168,9 @@ def measure(
     return Curve.from_points(best, VERIFY_MAX)
 
 
-def _timed(model: LlamaModel, tokens: Sequence[int], n: int) -> float:
-    seconds = model.decode(tokens[PREFIX : PREFIX + n], n)
-    model.truncate(PREFIX)
+def _timed(model: LlamaModel, tokens: Sequence[int], n: int, prefix: int = PREFIX) -> float:
+    seconds = model.decode(tokens[prefix : prefix + n], n)
+    model.truncate(prefix)
     return seconds
 
 

@@ -1,0 +1,153 @@
+"""The bench set's greedy replies, replayed: what auto (or a change to it) makes of every prompt, in seconds.
+
+    # 1. record the target's greedy replies once (the engine's default loading, plain prefill copy
+    #    attached), with the curves measured after a short and a long prefix
+    .venv/bin/python scripts/replay_bench.py record --out traces.json
+    # 2. replay auto on them against plain decoding and the hindsight ceiling, per prompt
+    .venv/bin/python scripts/replay_bench.py replay traces.json
+    # ... a machine that charges each step for its context (attention over it), as the engine pays
+    .venv/bin/python scripts/replay_bench.py replay traces.json --context-costs
+
+A head-to-head run (`head_to_head.py`) takes half an hour and moves ±3% per prompt from one round
+to the next; a replay takes a second and is exact under its cost model, so a policy change can be
+judged on all 31 prompts before it is measured. The cost model is `localspec.auto.replay`'s: the
+calibrated curve V(n) (measured here as the engine measures it, after 16 tokens of context), plus,
+with --context-costs, what each token of context adds to a batch of n, from the same widths
+measured again after --long-prefix tokens. Greedy decoding is lossless, so one recorded reply
+fixes every step's outcome; a draft may run past a reply that ended before --max-tokens, as in
+the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from localspec.auto.calibrate import SIZES, measure, usable_sizes
+from localspec.auto.costmodel import NGRAM_K_MAX, VERIFY_MAX, Curve
+from localspec.auto.oracle import ceiling
+from localspec.auto.policy import AutoPolicy, OnlineCosts
+from localspec.auto.replay import Machine, SimClock, Trace, replay
+from localspec.engine.benchset import load_bench_set
+from localspec.engine.config import LoadOptions
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.llama import LlamaModel
+from localspec.engine.prefill import attach_plain_prefill
+from localspec.engine.prompting import prompt_tokens
+from localspec.engine.speculative import FixedPolicy, Generation
+from localspec.paths import Paths
+from localspec.types import GenerationRequest, SamplingParams
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT_PREFIX = 16
+# A step's Python overhead in the engine (OnlineCosts learns it there; measured ~0.3 ms on 2 cores).
+STEP_OVERHEAD_S = 0.3e-3
+
+
+def record(args: argparse.Namespace) -> None:
+    model = LlamaModel(args.target, LoadOptions(n_ctx=args.ctx))
+    attach_plain_prefill(model, Paths.from_env().cache_dir)
+    prompts = load_bench_set(args.prompts)
+    sizes = usable_sizes(model, SIZES)
+    short = measure(model, sizes=sizes, prefix=SHORT_PREFIX)
+    long = measure(model, sizes=sizes, prefix=args.long_prefix)
+    traces: list[dict[str, Any]] = []
+    for i, p in enumerate(prompts, 1):
+        prompt = prompt_tokens(model, GenerationRequest(messages=tuple(p.messages)))
+        model.reset()
+        gen = Generation(
+            model, prompt, max_tokens=args.max_tokens, params=SamplingParams(), stop=(),
+            policy=FixedPolicy(None, 0), method="none", k=0,
+        )  # fmt: skip
+        for _ in gen.run():
+            pass
+        assert gen.result is not None
+        output = list(gen.result.token_ids)
+        traces.append({"name": p.name, "kind": p.kind, "prompt": list(prompt), "output": output})
+        print(
+            f"[{i}/{len(prompts)}] {p.name}: {len(prompt)} prompt tokens, {len(output)} generated",
+            file=sys.stderr,
+        )
+    model.close()
+    curves = {"sizes": list(sizes), "short": list(short.seconds), "long": list(long.seconds)}
+    data = {
+        "max_tokens": args.max_tokens,
+        "long_prefix": args.long_prefix,
+        "curves": curves,
+        "traces": traces,
+    }
+    args.out.write_text(json.dumps(data), encoding="utf-8")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def machine(data: dict[str, Any], context_costs: bool) -> Machine:
+    curves = data["curves"]
+    short = Curve(tuple(curves["short"]))
+    if not context_costs:
+        return Machine(short, None, step_overhead=STEP_OVERHEAD_S)
+    long, span = Curve(tuple(curves["long"])), data["long_prefix"] - SHORT_PREFIX
+    # Per token of context, from the measured widths only (an interpolated width is not measured).
+    points = {n: max(long(n) - short(n), 0.0) / span for n in curves["sizes"]}
+    per_context = Curve.from_points(points, VERIFY_MAX)
+    return Machine(
+        short, None, step_overhead=STEP_OVERHEAD_S, per_context=per_context, measured_at=SHORT_PREFIX
+    )
+
+
+def replay_all(args: argparse.Namespace) -> None:
+    data = json.loads(args.traces.read_text(encoding="utf-8"))
+    m = machine(data, args.context_costs)
+    costs = OnlineCosts(m.verify)  # shared by every request, as in the engine
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    print(f"{'prompt':28} {'prompt tok':>10} {'reply tok':>9} {'auto/none':>9} {'ceiling/none':>12}")
+    for t in data["traces"]:
+        trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
+        plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
+        clock = SimClock()
+        policy = AutoPolicy(costs, NgramDrafter(), None, near_tie_prior=0.0, clock=clock)
+        auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=data["max_tokens"])
+        best = ceiling(trace, m, k_max=NGRAM_K_MAX).result.tokens_per_second
+        ratio = auto.tokens_per_second / plain
+        by_kind[t["kind"]].append(ratio)
+        print(
+            f"{t['name']:28} {len(trace.prompt):10} {len(trace.output):9} {ratio:8.2f}x {best / plain:11.2f}x"
+        )
+    every = [r for ratios in by_kind.values() for r in ratios]
+    print()
+    for kind, ratios in by_kind.items():
+        print(f"{kind:12} auto / none median {statistics.median(ratios):.2f}x")
+    geo = math.exp(statistics.mean(math.log(r) for r in every))
+    under = sum(r < 0.97 for r in every)
+    print(f"all          geometric mean {geo:.3f}x; under 0.97x on {under} of {len(every)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="record the greedy replies and the curves")
+    rec.add_argument(
+        "--target", type=Path, default=ROOT / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    )
+    rec.add_argument("--prompts", type=Path, default=ROOT / "scripts" / "bench_set.json")
+    rec.add_argument("--max-tokens", type=int, default=128)
+    rec.add_argument("--ctx", type=int, default=4096)
+    rec.add_argument("--long-prefix", type=int, default=1200, help="context of the second curve")
+    rec.add_argument("--out", type=Path, default=Path("traces.json"))
+    rep = sub.add_parser("replay", help="replay auto on recorded replies")
+    rep.add_argument("traces", type=Path)
+    rep.add_argument("--context-costs", action="store_true", help="charge each step for its context")
+    args = ap.parse_args()
+    if args.command == "record":
+        record(args)
+    else:
+        replay_all(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""scripts/replay_bench.py: record the bench replies and curves on a tiny model, then replay them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from replaytraces import copy_trace
+
+from localspec.auto import calibrate as cal
+from localspec.auto.costmodel import Curve
+from localspec.engine.config import LoadOptions
+from localspec.engine.llama import LlamaModel
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "replay_bench.py"
+
+
+@pytest.fixture(scope="module")
+def replay_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("replay_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(module: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["replay_bench.py", *argv])
+    module.main()
+
+
+def test_calibration_measures_after_any_prefix_and_leaves_the_cache_empty(tiny_target: Path) -> None:
+    model = LlamaModel(tiny_target, LoadOptions(n_ctx=512))
+    try:
+        curve = cal.measure(model, sizes=(1, 2, 4), prefix=200, passes=1)
+        assert len(curve.seconds) > 4 and min(curve.seconds) > 0
+        assert model.n_past == 0
+    finally:
+        model.close()
+
+
+def test_record_then_replay_on_the_tiny_model(
+    replay_bench: ModuleType,
+    tiny_target: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(
+        json.dumps({"one": "the cat sat on the mat", "two": "lorem ipsum dolor"}), encoding="utf-8"
+    )
+    out = tmp_path / "traces.json"
+    run(replay_bench, monkeypatch, "record", "--target", str(tiny_target), "--prompts", str(prompts),
+        "--max-tokens", "12", "--ctx", "512", "--long-prefix", "100", "--out", str(out))  # fmt: skip
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert [t["name"] for t in data["traces"]] == ["one", "two"]
+    assert all(0 < len(t["output"]) <= 12 and t["prompt"] for t in data["traces"])
+    assert data["long_prefix"] == 100 and len(data["curves"]["short"]) == len(data["curves"]["long"])
+    for flags in ((), ("--context-costs",)):
+        run(replay_bench, monkeypatch, "replay", str(out), *flags)
+        printed = capsys.readouterr().out
+        assert "one" in printed and "two" in printed and "geometric mean" in printed
+
+
+def test_context_costs_charge_a_long_prompt_more(
+    replay_bench: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A whole-file copy behind a 2,000-token prompt: each of its wide verifies attends over the
+    # prompt, so charged for its context the copy gains less over plain decoding.
+    short = Curve.from_points(
+        {1: 0.03, 2: 0.05, 4: 0.08, 8: 0.13, 16: 0.15, 32: 0.26, 48: 0.30, 64: 0.36}, 64
+    )
+    long = Curve.from_points(
+        {1: 0.033, 2: 0.06, 4: 0.10, 8: 0.17, 16: 0.21, 32: 0.38, 48: 0.48, 64: 0.45}, 64
+    )
+    trace = copy_trace(120)
+    prompt = [*range(10_000, 12_000), *trace.prompt]
+    data = {
+        "max_tokens": 120,
+        "long_prefix": 1200,
+        "curves": {
+            "sizes": [1, 2, 4, 8, 16, 32, 48, 64],
+            "short": list(short.seconds),
+            "long": list(long.seconds),
+        },
+        "traces": [{"name": "copy", "kind": "code_edit", "prompt": prompt, "output": list(trace.output)}],
+    }
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    ratios = []
+    for flags in ((), ("--context-costs",)):
+        run(replay_bench, monkeypatch, "replay", str(path), *flags)
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("copy"))
+        ratios.append(float(row.split()[3].rstrip("x")))
+    assert ratios[0] > ratios[1] > 1.0
