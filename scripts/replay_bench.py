@@ -93,7 +93,9 @@ def machine(data: dict[str, Any], context_costs: bool) -> Machine:
         return Machine(short, None, step_overhead=STEP_OVERHEAD_S)
     long, span = Curve(tuple(curves["long"])), data["long_prefix"] - SHORT_PREFIX
     # Per token of context, from the measured widths only (an interpolated width is not measured).
-    points = {n: max(long(n) - short(n), 0.0) / span for n in curves["sizes"]}
+    # Never below zero (a width timed faster after the long prefix is noise), nor at it (a Curve
+    # holds positive seconds).
+    points = {n: max(long(n) - short(n), 1e-9 * span) / span for n in curves["sizes"]}
     per_context = Curve.from_points(points, VERIFY_MAX)
     return Machine(
         short, None, step_overhead=STEP_OVERHEAD_S, per_context=per_context, measured_at=SHORT_PREFIX

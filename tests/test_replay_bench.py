@@ -101,3 +101,12 @@ def test_context_costs_charge_a_long_prompt_more(
         row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("copy"))
         ratios.append(float(row.split()[3].rstrip("x")))
     assert ratios[0] > ratios[1] > 1.0
+
+
+def test_a_width_timed_faster_after_the_long_prefix_adds_nothing(replay_bench: ModuleType) -> None:
+    # Timing noise on a tiny model: the long prefix's decode of 2 came out faster than the short's.
+    curves = {"sizes": [1, 2], "short": [0.010, 0.020], "long": [0.012, 0.015]}
+    m = replay_bench.machine({"curves": curves, "long_prefix": 116}, context_costs=True)
+    assert m.per_context is not None
+    assert m.verify_at(1, 116) == pytest.approx(0.012)
+    assert m.verify_at(2, 116) == pytest.approx(0.020, rel=1e-4)
