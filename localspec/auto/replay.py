@@ -68,8 +68,9 @@ class Machine:
     # The largest verify batch the engine runs (LlamaModel.max_verify_batch): a step drafts at most
     # one fewer. None: no limit (a machine on paper).
     max_verify_batch: int | None = None
-    # What each token of context adds to a batch of n, `verify` being measured after `measured_at`
-    # tokens (`costmodel.at_context`). None: every step costs as after a short prefix.
+    # What each token of context adds to a batch of n (every position attends over the whole
+    # context), `verify` being measured after `measured_at` tokens. None: every step costs as after
+    # a short prefix.
     per_context: Curve | None = None
     measured_at: int = 0
 
@@ -189,6 +190,7 @@ def replay(
     """
     clock = clock or SimClock()
     out, result = trace.output, Replayed(tokens=1)
+    limit = len(out) if max_tokens is None else max(max_tokens, len(out))
     tokens = [*trace.prompt, out[0]]
     started: set[int] = set()
     begin = clock.now
@@ -198,7 +200,6 @@ def replay(
         if charge_policy:
             clock.advance(time.perf_counter() - thinking)
         # As Generation stops at max_tokens and at its largest exact verify batch.
-        limit = len(out) if max_tokens is None else max(max_tokens, len(out))
         k = machine.draft_limit(min(k, limit - result.tokens - 1))
         draft = _draft(drafter, k, tokens, trace.prompt, started)
         clock.advance(machine.step_overhead + draft.seconds)
