@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -10,22 +9,17 @@ from types import ModuleType
 
 import pytest
 from replaytraces import copy_trace
+from scriptmodules import load_script
 
 from localspec.auto import calibrate as cal
 from localspec.auto.costmodel import Curve
 from localspec.engine.config import LoadOptions
 from localspec.engine.llama import LlamaModel
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "replay_bench.py"
-
 
 @pytest.fixture(scope="module")
 def replay_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replay_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("replay_bench")
 
 
 def run(module: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:

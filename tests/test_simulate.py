@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,17 +10,12 @@ from typing import Any
 
 import pytest
 from replaytraces import CPU, copy_trace, fresh_trace
-
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "simulate.py"
+from scriptmodules import load_script
 
 
 @pytest.fixture(scope="module")
 def simulate() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("simulate", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("simulate")
 
 
 def recording(tmp_path: Path) -> Path:
