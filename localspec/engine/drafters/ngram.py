@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.engine.drafters.base import Draft
+from localspec.engine.drafters.cursor import CopyCursor
 from localspec.types import SamplingParams
 
 
@@ -26,6 +27,7 @@ class NgramMatch:
 
     tokens: list[int]
     match_len: int
+    start: int = -1  # where `tokens` begin in the text it was looked up in (-1: nothing matched)
 
 
 class NgramIndex:
@@ -84,7 +86,7 @@ class NgramIndex:
                     run = run[: run.index(SEPARATOR)]
                 if n == self.max_n:
                     n = self._matched_back(context, start, n, longest)
-                return NgramMatch(run, n)
+                return NgramMatch(run, n, start)
         return NgramMatch([], 0)
 
     def _matched_back(self, context: Sequence[int], start: int, n: int, longest: int | None) -> int:
@@ -178,11 +180,13 @@ class NgramDrafter:
         self._index = NgramIndex(min_n, max_n)
         self._memory = memory
         self._prompt_len = 0
+        self._cursor = CopyCursor()
 
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         self._index = NgramIndex(self._min_n, self._max_n)
         self._index.extend(prompt)
         self._prompt_len = len(prompt)
+        self._cursor.start(len(prompt))
 
     def propose(
         self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
@@ -200,7 +204,7 @@ class NgramDrafter:
             self.start(tokens)
         else:
             self._index.extend(tokens[known:])
-        own = self._index.propose(k)
+        own = self._follow(self._index.propose(k), k)
         # Every chat prompt ends in the same template tokens, which an earlier request's prompt
         # ended in too: earlier requests count only once this reply has two tokens of its own.
         replied = len(tokens) - self._prompt_len
@@ -210,4 +214,18 @@ class NgramDrafter:
         earlier = self._memory.lookup(tokens, k)
         if earlier.match_len > own.match_len and earlier.match_len >= self._min_n and earlier.tokens:
             return earlier
+        return own
+
+    def _follow(self, own: NgramMatch, k: int) -> NgramMatch:
+        """The copy cursor's draft (learned edits applied) where it has followed the reply at least
+        as long as the lookup matched; otherwise the lookup's match, where the cursor moves."""
+        tokens, cursor = self._index.tokens, self._cursor
+        cursor.feed(tokens)
+        longer = not cursor.following or own.match_len > cursor.run
+        if own.tokens and own.match_len >= self._min_n and longer:
+            cursor.anchor(own.start, own.match_len)
+        if cursor.following and cursor.run >= self._min_n:
+            follow = cursor.draft(tokens, k)
+            if follow:
+                return NgramMatch(follow, min(cursor.run, LONG_MATCH), cursor.pos or 0)
         return own

@@ -1,0 +1,204 @@
+"""Follow the copy a reply is making, through its edits: where an n-gram lookup loses the thread.
+
+A reply that renames `lo` to `low` in a file it copies differs from the file every few tokens,
+and prompt lookup needs several tokens in a row seen before to match again: on a rename it
+drafts between the renamed names, seldom through them. The cursor keeps the place in the
+earlier text the reply is copying from. When the reply leaves it, the cursor finds where it
+comes back (a few tokens later, a few tokens on), and learns the edit in between: the old
+tokens and what the reply wrote instead. An edit the reply makes a second time is confirmed,
+and drafts apply it from then on: the third `lo` is drafted as `low`, and every one after.
+Until then drafts copy the old tokens, as the lookup would: in prose most "edits" are a
+sentence going its own way, and a draft through one is a verify thrown away. An edit that
+the reply does not repeat (a one-off bug fix) is forgotten the first time the reply copies
+the old tokens unchanged.
+
+Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from difflib import SequenceMatcher
+from typing import NamedTuple
+
+# The longest edit learned, in tokens on either side: renames, operators, a word or two.
+MAX_EDIT = 4
+# How far on in the copied text the reply may come back, and how long the stretch between
+# leaving and coming back may be for the edits in it to be learned (two renames close together).
+SKIP = 2 * MAX_EDIT
+# Tokens the reply must copy again after it left the copy before the cursor takes it as back
+# (and learns the edit): fewer mistake a common token (",", a newline) for the copy going on.
+RESYNC = 3
+# A reply away from its copy this long has left it: the n-gram lookup finds the next one.
+GIVE_UP = 64
+# At most this many edits kept per request (the oldest forgotten first).
+MAX_EDITS = 256
+
+Key = tuple[int, ...]
+
+
+class _Expected(NamedTuple):
+    """The token the copy expects next, the cursor's state once the reply wrote it, and the
+    edits that writing it confirms."""
+
+    token: int | None
+    pos: int
+    pending: Key
+    edit_at: int
+    edit_out: int
+    used: list[Key]
+
+
+class CopyCursor:
+    """Where in `tokens` (the prompt and the reply so far) the reply copies from, and its edits."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def start(self, fed: int) -> None:
+        """A new request: nothing learned, the first `fed` tokens (its prompt) taken as fed."""
+        self.reset()
+        self._seen = fed
+
+    def reset(self) -> None:
+        self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.confirmed: set[tuple[int, ...]] = set()  # edits the reply has made twice
+        self._lengths: list[int] = []  # the edits' old-side lengths, longest first
+        self.pos: int | None = None  # the next token to copy, as an index into tokens
+        self._pending: tuple[int, ...] = ()  # the rest of an edit's new tokens being written
+        self._edit_at = 0  # where the edit being written starts (its old tokens) ...
+        self._edit_out = 0  # ... and where its new tokens start in the reply
+        self._left: tuple[int, int] | None = None  # (source, reply) indices where the reply left the copy
+        self.run = 0  # tokens the cursor has followed since it last lost the reply
+        self._seen = 0  # tokens of `tokens` already fed
+
+    @property
+    def following(self) -> bool:
+        return self.pos is not None and self._left is None
+
+    def anchor(self, pos: int, run: int) -> None:
+        """Copy from `pos` on (an n-gram match found it, `run` tokens long)."""
+        self.pos, self._pending, self._left, self.run = pos, (), None, run
+
+    def feed(self, tokens: Sequence[int]) -> None:
+        """Follow every token of `tokens` not fed before (it extends what was fed)."""
+        for q in range(self._seen, len(tokens)):
+            self._step(tokens, q)
+        self._seen = len(tokens)
+
+    def draft(self, tokens: Sequence[int], k: int) -> list[int]:
+        """The next k tokens of the copy, with the confirmed edits applied; nothing when lost."""
+        if not self.following or k <= 0:
+            return []
+        assert self.pos is not None
+        out = list(self._pending[:k])
+        pos = self.pos
+        while len(out) < k:
+            edit = self._edit_at_pos(tokens, pos)
+            if edit is not None and edit[0] in self.confirmed:
+                old, new = edit
+                out.extend(new[: k - len(out)])
+                pos += len(old)
+                continue
+            if pos >= len(tokens):
+                break
+            out.append(tokens[pos])
+            pos += 1
+        return out
+
+    # --- following ----------------------------------------------------------------------------
+
+    def _step(self, tokens: Sequence[int], q: int) -> None:
+        if self.pos is None:
+            return
+        if self._left is not None:
+            self._resync(tokens, q)
+            return
+        expected = self._next(tokens, q)
+        if expected.token is not None and tokens[q] == expected.token:
+            self.pos, self._pending = expected.pos, expected.pending
+            self._edit_at, self._edit_out = expected.edit_at, expected.edit_out
+            self.confirmed.update(expected.used)
+            self.run += 1
+            return
+        # Left the copy: measured from before the edit being written, if one was.
+        self._left = (self._edit_at, self._edit_out) if self._pending else (self.pos, q)
+        self._pending = ()
+        self._resync(tokens, q)
+
+    def _next(self, tokens: Sequence[int], q: int) -> _Expected:
+        """What the copy expects at reply index q."""
+        assert self.pos is not None
+        if self._pending:
+            return _Expected(self._pending[0], self.pos, self._pending[1:], self._edit_at, self._edit_out, [])
+        pos, used = self.pos, []
+        while True:
+            edit = self._edit_at_pos(tokens, pos, limit=q)
+            if edit is None:
+                break
+            old, new = edit
+            used.append(old)
+            if new:
+                return _Expected(new[0], pos + len(old), new[1:], pos, q, used)
+            pos += len(old)  # a learned deletion: the copy skips the old tokens
+        if pos >= q:  # caught up with the reply itself: nothing written yet to copy
+            return _Expected(None, pos, (), pos, q, used)
+        return _Expected(tokens[pos], pos + 1, (), pos, q, used)
+
+    def _resync(self, tokens: Sequence[int], q: int) -> None:
+        """Is the reply, at index q, back on the copy a few tokens on? Then learn the edit."""
+        assert self._left is not None
+        src, out = self._left
+        i = q + 1 - out - RESYNC  # the reply's tokens before the copy resumes
+        if i >= 0:
+            tail = list(tokens[out + i : q + 1])
+            for j in range(SKIP + 1):
+                if src + j + RESYNC > out + i:  # the copy must come from earlier text
+                    break
+                if list(tokens[src + j : src + j + RESYNC]) == tail:
+                    if i == j == 0:  # the reply copied the old tokens after all: that edit was one-off
+                        self._forget(tokens, src)
+                    self._learn(tuple(tokens[src : src + j]), tuple(tokens[out : out + i]))
+                    self.pos, self._left, self.run = src + j + RESYNC, None, RESYNC
+                    return
+        if i > GIVE_UP:
+            self.pos, self._left = None, None
+
+    def _learn(self, old: Key, new: Key) -> None:
+        """Learn the edits that turn `old` (the copied text skipped) into `new` (what the reply wrote)."""
+        if not old or len(new) > SKIP:
+            return  # an insertion applies nowhere else; a long change is not an edit to repeat
+        if old == new:
+            self._drop(old)  # the reply copied what an edit changed: it was one-off
+        for op, a0, a1, b0, b1 in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            if op in ("replace", "delete") and a1 - a0 <= MAX_EDIT and b1 - b0 <= MAX_EDIT:
+                if self.edits.get(old[a0:a1]) != new[b0:b1]:
+                    self._drop(old[a0:a1])  # a different edit of the same tokens starts unconfirmed
+                self.edits.pop(old[a0:a1], None)  # re-inserted: the newest edits are kept longest
+                self.edits[old[a0:a1]] = new[b0:b1]
+        while len(self.edits) > MAX_EDITS:
+            self._drop(next(iter(self.edits)))
+        self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
+
+    def _forget(self, tokens: Sequence[int], pos: int) -> None:
+        edit = self._edit_at_pos(tokens, pos)
+        if edit is not None:
+            self._drop(edit[0])
+
+    def _drop(self, old: Key) -> None:
+        self.edits.pop(old, None)
+        self.confirmed.discard(old)
+        self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
+
+    def _edit_at_pos(
+        self, tokens: Sequence[int], pos: int, limit: int | None = None
+    ) -> tuple[Key, Key] | None:
+        """The learned edit whose old tokens start at `pos` (ending before `limit`), longest first."""
+        end = len(tokens) if limit is None else limit
+        for n in self._lengths:
+            if pos + n <= end:
+                old = tuple(tokens[pos : pos + n])
+                new = self.edits.get(old)
+                if new is not None:
+                    return old, new
+        return None

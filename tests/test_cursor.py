@@ -1,0 +1,115 @@
+"""The copy cursor: following a reply that copies earlier text through the edits it makes."""
+
+from __future__ import annotations
+
+from localspec.auto.costmodel import Curve
+from localspec.auto.replay import Machine, Trace, replay
+from localspec.engine.drafters.cursor import GIVE_UP, RESYNC, CopyCursor
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.speculative import FixedPolicy
+
+LO, LOW, HI, HIGH = 900, 901, 902, 903
+
+
+def source(n_lines: int = 12) -> list[int]:
+    """Code-like tokens: every line mentions LO and HI between tokens of its own."""
+    out: list[int] = []
+    for line in range(n_lines):
+        base = 10 * line + 100
+        out += [base, LO, base + 1, base + 2, HI, base + 3, base + 4, 1]
+    return out
+
+
+def renamed(tokens: list[int]) -> list[int]:
+    return [{LO: LOW, HI: HIGH}.get(t, t) for t in tokens]
+
+
+def follow(prompt: list[int], reply: list[int], anchor: int = 0) -> tuple[CopyCursor, list[int]]:
+    cursor = CopyCursor()
+    cursor.start(len(prompt))
+    cursor.anchor(anchor, 8)
+    tokens = [*prompt, *reply]
+    cursor.feed(tokens)
+    return cursor, tokens
+
+
+def test_a_rename_made_twice_is_drafted_from_then_on() -> None:
+    src = source()
+    # The first line renamed, then the second line's first token.
+    cursor, tokens = follow(src, [*renamed(src[:8]), src[8]])
+    assert cursor.edits == {(LO,): (LOW,), (HI,): (HIGH,)}
+    assert cursor.following
+    # Made once: the second line is drafted as the lookup would, the old names copied.
+    assert cursor.draft(tokens, 7) == src[9:16]
+    # The reply renames the second line too: the third line is drafted renamed.
+    cursor, tokens = follow(src, [*renamed(src[:16]), src[16]])
+    assert cursor.confirmed == {(LO,), (HI,)}
+    assert cursor.draft(tokens, 7) == renamed(src[17:24])
+
+
+def test_an_edit_the_reply_does_not_repeat_is_forgotten() -> None:
+    src = source()
+    # A one-off fix: LO becomes LOW on the first line only; the second line copies LO unchanged.
+    reply = [*renamed(src[:2]), *src[2:16]]
+    cursor, tokens = follow(src, reply)
+    assert (LO,) not in cursor.edits
+    assert cursor.following
+    assert cursor.draft(tokens, 3) == src[16:19]
+
+
+def test_a_long_insertion_is_followed_past_but_not_learned() -> None:
+    src = source()
+    inserted = list(range(500, 520))  # a new docstring, say
+    reply = [*src[:4], *inserted, *src[4 : 4 + RESYNC]]
+    cursor, tokens = follow(src, reply)
+    assert cursor.following and cursor.edits == {}
+    assert cursor.draft(tokens, 4) == src[4 + RESYNC : 8 + RESYNC]
+
+
+def test_a_deletion_is_learned_and_skipped() -> None:
+    src = source()
+    # Two lines and a half, HI dropped from each.
+    cursor, tokens = follow(src, [t for t in src[:20] if t != HI])
+    assert cursor.edits == {(HI,): ()} and cursor.confirmed == {(HI,)}
+    # The third line's HI is skipped in the draft.
+    assert cursor.draft(tokens, 4) == src[21:25]
+
+
+def test_an_edit_into_several_tokens_is_drafted_whole() -> None:
+    src = source()
+    # LO becomes two tokens, on two lines.
+    reply = [src[0], 42, 43, *src[2:9], 42, 43, *src[10:16], src[16]]
+    cursor, tokens = follow(src, reply)
+    assert cursor.edits == {(LO,): (42, 43)} and cursor.confirmed == {(LO,)}
+    assert cursor.draft(tokens, 4) == [42, 43, src[18], src[19]]
+    # Fed one token at a time, the reply writing the edit stays on the copy.
+    cursor.feed([*tokens, 42])
+    assert cursor.following and cursor.draft([*tokens, 42], 3) == [43, src[18], src[19]]
+
+
+def test_a_reply_that_leaves_the_copy_is_let_go() -> None:
+    src = source()
+    cursor, _ = follow(src, [*src[:4], *range(2000, 2000 + GIVE_UP + RESYNC + 2)])
+    assert cursor.pos is None and not cursor.following
+
+
+def test_nothing_is_drafted_past_the_end_of_the_text() -> None:
+    src = source(2)
+    cursor, tokens = follow(src, src[:12], anchor=0)
+    assert cursor.draft(tokens, 100) == src[12:] + src[:12]  # the reply itself is text to copy
+
+
+def test_the_ngram_drafter_drafts_renamed_names_the_lookup_alone_cannot() -> None:
+    """A whole-file rename replayed with a fixed n-gram method: most of it is drafted and accepted.
+
+    Between two renamed names there are at most four tokens, too few for a 5-token lookup to match
+    again: without the cursor every step after the header would decode a single token.
+    """
+    header = list(range(50, 60))  # the file's first lines, copied unchanged: the lookup anchors there
+    src = [*header, *source(40)]
+    prompt = [7, 7, *src, 8]
+    trace = Trace("rename", tuple(prompt), tuple(renamed(src)))
+    flat = Curve(tuple(0.01 * (1 + 0.02 * n) for n in range(1, 17)))
+    result = replay(trace, FixedPolicy(NgramDrafter(), 8), Machine(flat), charge_policy=False)
+    assert result.accepted >= 0.8 * len(trace.output)
+    assert result.steps < 0.25 * len(trace.output)
