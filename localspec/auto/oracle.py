@@ -8,7 +8,9 @@ the ceiling is 1.05x, no policy reaches 1.3x there, and the goal or the drafters
 change, not the controller.
 
 The drafters are the ones auto has: prompt lookup (`NgramDrafter`, whose proposal
-at a position depends on the context alone) and a draft model (the trace's guesses,
+at a position depends on the context alone; at each position the better of the
+engine's and a more eager one matching from 2 tokens, as their copy cursors follow
+different matches) and a draft model (the trace's guesses,
 charged as `TraceDrafter` charges them, catch-up included). Drafting a wrong token
 never helps with greedy verification (the step yields the same tokens and costs
 more), so the ceiling drafts only tokens that will be accepted.
@@ -19,7 +21,7 @@ catch-up cost depends on the steps it sat out, so position alone is not a state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from localspec.auto.costmodel import K_MAX
@@ -52,7 +54,7 @@ def ceiling(
     machine: Machine,
     *,
     k_max: int = K_MAX,
-    ngram: Callable[[], NgramDrafter] = lambda: NgramDrafter(2, 8),
+    ngrams: Callable[[], Sequence[NgramDrafter]] = lambda: (NgramDrafter(), NgramDrafter(2, 8)),
 ) -> Ceiling:
     """The fastest decode of `trace` any sequence of (method, k) choices gives under `machine`."""
     out = trace.output
@@ -60,7 +62,7 @@ def ceiling(
     if size < 1:
         raise ValueError("a trace needs at least its first token")
     cap = machine.draft_limit(k_max)
-    runs = {"ngram": _ngram_runs(trace, ngram(), cap)}
+    runs = {"ngram": [max(r) for r in zip(*(_ngram_runs(trace, d, cap) for d in ngrams()), strict=True)]}
     if machine.draft is not None and trace.draft_guess:
         runs["draft"] = [greedy_accept(trace.draft_guess[i : i + cap], out[i : i + cap]) for i in range(size)]
     # best[i][seen]: least seconds to know out[:i] with the draft model having read out[:seen]
