@@ -112,7 +112,7 @@ def replay_all(args: argparse.Namespace) -> None:
         trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
         plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
         clock = SimClock()
-        policy = AutoPolicy(costs, NgramDrafter(), None, near_tie_prior=0.0, clock=clock)
+        policy = AutoPolicy(costs, NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
         auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=data["max_tokens"])
         best = ceiling(trace, m, k_max=NGRAM_K_MAX).result.tokens_per_second
         ratio = auto.tokens_per_second / plain

@@ -126,7 +126,7 @@ def _measure(
         # As the engine builds it: "auto:N" caps k at N, as a request's k does, and no plan
         # drafts past the target's largest exact verify batch.
         k = min(k or K_MAX, K_MAX, target.max_verify_batch - 1)
-        policy = AutoPolicy(costs, NgramDrafter(2, 8), ModelDrafter(draft), k_max=k)
+        policy = AutoPolicy(costs, NgramDrafter.for_auto(), ModelDrafter(draft), k_max=k)
     elif name == "ngram":
         policy = FixedPolicy(NgramDrafter(), k)
     elif name == "draft":
@@ -269,7 +269,7 @@ def policies(trace: Trace, m: Machine, clock: SimClock) -> dict[str, Callable[[]
     # As the engine builds it: planning no further than its largest verify batch.
     out["auto"] = lambda: AutoPolicy(
         OnlineCosts(m.verify, m.draft),
-        NgramDrafter(2, 8),
+        NgramDrafter.for_auto(),
         TraceDrafter(trace, m),
         k_max=m.draft_limit(K_MAX),
         clock=clock,

@@ -9,8 +9,8 @@ change, not the controller.
 
 The drafters are the ones auto has: prompt lookup (`NgramDrafter`, whose proposal
 at a position depends on the context alone; at each position the better of the
-engine's and a more eager one matching from 2 tokens, as their copy cursors follow
-different matches) and a draft model (the trace's guesses,
+fixed method's, matching from 5 tokens, and auto's, from 2: their copy cursors can
+follow different copies) and a draft model (the trace's guesses,
 charged as `TraceDrafter` charges them, catch-up included). Drafting a wrong token
 never helps with greedy verification (the step yields the same tokens and costs
 more), so the ceiling drafts only tokens that will be accepted.
@@ -54,7 +54,7 @@ def ceiling(
     machine: Machine,
     *,
     k_max: int = K_MAX,
-    ngrams: Callable[[], Sequence[NgramDrafter]] = lambda: (NgramDrafter(), NgramDrafter(2, 8)),
+    ngrams: Callable[[], Sequence[NgramDrafter]] = lambda: (NgramDrafter(), NgramDrafter.for_auto()),
 ) -> Ceiling:
     """The fastest decode of `trace` any sequence of (method, k) choices gives under `machine`."""
     out = trace.output

@@ -379,7 +379,7 @@ class Engine:
         spec = req.speculative
         method = spec.method
         if method == "auto":
-            policy = self._auto_policy(spec.k, self._ngram(req, min_n=2, max_n=8))
+            policy = self._auto_policy(spec.k, self._ngram(req, auto=True))
             return policy, "auto", policy.k_max, None
         k = min(DEFAULT_K if spec.k is None else spec.k, self._k_limit())
         if method == "none":
@@ -395,11 +395,12 @@ class Engine:
             return FixedPolicy(None, 0), "none", 0, f"{method} unavailable: {why}"
         return FixedPolicy(drafter, k), method, k, None
 
-    def _ngram(self, req: GenerationRequest, **sizes: int) -> NgramDrafter:
+    def _ngram(self, req: GenerationRequest, auto: bool = False) -> NgramDrafter:
         """A request's n-gram drafter, reading earlier requests' text unless a seed must reproduce it:
         sampled output depends on what was drafted, and memory changes from one request to the next."""
         seeded = not req.sampling.greedy and req.sampling.seed is not None
-        return NgramDrafter(**sizes, memory=None if seeded else self._ngram_memory)
+        memory = None if seeded else self._ngram_memory
+        return NgramDrafter.for_auto(memory) if auto else NgramDrafter(memory=memory)
 
     def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
         from localspec.auto.costmodel import NGRAM_K_MAX
@@ -407,7 +408,7 @@ class Engine:
 
         assert self._target is not None
         draft = self._drafters.get("draft")
-        # Its own n-gram index, matching up to 8 tokens: the match length is the evidence auto weighs.
+        # Its own n-gram lookup (NgramDrafter.for_auto): the match length is the evidence auto weighs.
         return AutoPolicy(
             self._calibrated(),
             ngram,
