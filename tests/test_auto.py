@@ -91,10 +91,12 @@ def test_copied_runs_are_learned_in_hindsight_without_drafting_them() -> None:
 REPACKED = Curve.from_points({1: 25 * MS, 2: 50 * MS, 4: 82 * MS, 8: 128 * MS, 16: 150 * MS}, K_MAX + 1)
 
 
-def test_a_long_copy_is_drafted_from_its_first_dozen_tokens_not_learnt_first() -> None:
+def test_a_long_copy_is_drafted_from_its_first_two_dozen_tokens_not_learnt_first() -> None:
     # A whole-file edit: the reply copies 160 tokens of the prompt. The match grows by a token a
-    # step; once it is a dozen tokens long its copy is sure enough to draft 15 at once (llama.cpp's
+    # step; once it is two dozen tokens long its copy is sure enough to draft 15 at once (llama.cpp's
     # ngram modes draft from the first match; learning it from scratch took auto 20-40 steps).
+    # Shorter matches' priors expect a 15-token draft to gain 2-14% on this curve: under the margin
+    # a step that costs five plain steps must clear (costmodel.RISK).
     m, trace = machine(REPACKED), copy_trace()
     trace = dataclasses.replace(trace, output=trace.prompt[40:200])
     clock = SimClock()
@@ -109,7 +111,7 @@ def test_a_long_copy_is_drafted_from_its_first_dozen_tokens_not_learnt_first() -
 
     policy.choose = recording  # type: ignore[method-assign,assignment]
     result = replay(trace, policy, m, clock, charge_policy=False)
-    assert "ngram" in chosen[:13], chosen[:20]
+    assert "ngram" in chosen[:25], chosen[:30]
     assert result.tokens_per_second >= 2.0 * run_fixed(m, trace, "none", 0).tokens_per_second
 
 
