@@ -45,12 +45,15 @@ NGRAM_PRIOR_MAX = 0.97
 NGRAM_CONTINUE_PRIOR = 0.85
 NGRAM_CONTINUE_BY_LENGTH = {6: 0.9, 12: 0.92, 24: 0.96}
 STREAK_MAX = 1
-# How much better than plain decoding a plan must look before a step speculates. A plan that
-# looks 5-10% better is a bet on optimistic estimates (the best of several looks better than it
-# is) whose loss costs a whole verify: on this CPU a missed 15-token draft costs five plain tokens.
-# Replayed on the 31 bench traces (128 and 512 tokens, two machines' curves), margins of 0.1-0.15
-# beat 0.03 on both (geometric mean 1.215x -> 1.233x and 1.337x -> 1.358x of none; bisect's
-# rename 1.35x -> 1.56x, 1.59x -> 1.85x); 0.3 loses the copies' first drafts.
+# How much better than plain decoding a plan must look before a step speculates: MARGIN, plus
+# RISK for each plain step's time the step costs over a plain one (what a miss at its first token
+# throws away). A plan that looks 10% better is a bet on optimistic estimates (the best of several
+# looks better than it is), and on this CPU a missed 15-token draft costs five plain tokens; on a
+# flat GPU curve the stake, and so the extra margin, is nearly nothing. Replayed on the 31 bench
+# traces (128 and 512 tokens, two days' curves, context costs), RISK 0.03 against none: geometric
+# mean of auto / none 1.215x -> 1.227x and 1.337x -> 1.354x, bisect's rename 1.35x -> 1.56x and
+# 1.59x -> 1.85x. A flat margin of 0.1-0.15 did as well there, but then a draft model dropped after
+# an unlucky start was not tried again on a GPU curve (test_auto).
 MARGIN = 0.03
 RISK = 0.03
 

@@ -61,11 +61,11 @@ class CopyCursor:
         self._seen = fed
 
     def reset(self) -> None:
-        self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self.confirmed: set[tuple[int, ...]] = set()  # edits the reply has made twice
+        self.edits: dict[Key, Key] = {}
+        self.confirmed: set[Key] = set()  # edits the reply has made twice
         self._lengths: list[int] = []  # the edits' old-side lengths, longest first
         self.pos: int | None = None  # the next token to copy, as an index into tokens
-        self._pending: tuple[int, ...] = ()  # the rest of an edit's new tokens being written
+        self._pending: Key = ()  # the rest of an edit's new tokens being written
         self._edit_at = 0  # where the edit being written starts (its old tokens) ...
         self._edit_out = 0  # ... and where its new tokens start in the reply
         self._left: tuple[int, int] | None = None  # (source, reply) indices where the reply left the copy
@@ -172,10 +172,10 @@ class CopyCursor:
             self._drop(old)  # the reply copied what an edit changed: it was one-off
         for op, a0, a1, b0, b1 in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
             if op in ("replace", "delete") and a1 - a0 <= MAX_EDIT and b1 - b0 <= MAX_EDIT:
-                if self.edits.get(old[a0:a1]) != new[b0:b1]:
-                    self._drop(old[a0:a1])  # a different edit of the same tokens starts unconfirmed
-                self.edits.pop(old[a0:a1], None)  # re-inserted: the newest edits are kept longest
-                self.edits[old[a0:a1]] = new[b0:b1]
+                piece, change = old[a0:a1], new[b0:b1]
+                if self.edits.pop(piece, None) != change:  # re-inserted: the newest kept longest
+                    self.confirmed.discard(piece)  # a different edit of the same tokens starts unconfirmed
+                self.edits[piece] = change
         while len(self.edits) > MAX_EDITS:
             self._drop(next(iter(self.edits)))
         self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
