@@ -243,10 +243,13 @@ class ChatApp(App[None]):
     async def on_reply_failed(self, message: ReplyFailed) -> None:
         if self.reply is None or self.reply.id != message.reply_id:
             return
-        await self._end_reply("failed")
         error = message.error
         if isinstance(error, DaemonError):
+            # Before the reply ends: ending it awaits, and no one may see a reply over while the
+            # daemon that failed it still looks ready.
             self.health = None
+        await self._end_reply("failed")
+        if isinstance(error, DaemonError):
             self.stats_bar.show_status(f"daemon lost: {RECOVER_HINT}")
             text = f"{printable(error.message)}\n{RECOVER_HINT}"
             self.notify(text, title="daemon", severity="error", timeout=30, markup=False)
