@@ -48,7 +48,8 @@ from server_runs import (
     request_body,
 )
 
-from localspec.engine.benchset import BenchPrompt, load_bench_set, select_kinds
+from localspec.engine.benchset import BenchPrompt, load_selected
+from localspec.errors import UserInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "scripts" / "bench_set.json"
@@ -64,7 +65,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--target", type=Path, default=TARGET)
     parser.add_argument("--draft", type=Path, default=DRAFT)
     parser.add_argument("--prompts", type=Path, default=PROMPTS, help="A bench set, or name -> text.")
-    parser.add_argument("--kinds", help="Comma-separated kinds of prompt to run (default: all).")
+    parser.add_argument("--kinds", default="", help="Comma-separated kinds of prompt to run (default: all).")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=default_threads(), help="Default: physical cores.")
@@ -86,13 +87,11 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    prompts = load_bench_set(args.prompts)
-    if args.kinds:
-        prompts = select_kinds(prompts, [k.strip() for k in args.kinds.split(",") if k.strip()])
     try:
+        prompts = load_selected(args.prompts, args.kinds)
         names = [m.strip() for m in args.modes.split(",") if m.strip()]
         modes = mode_args(names, args.draft, args.draft_max, args.threads)
-    except ValueError as exc:
+    except (UserInputError, ValueError) as exc:
         sys.exit(str(exc))
     base = ["-m", str(args.target), "-c", str(args.ctx), "-t", str(args.threads), "-np", "1", "--no-webui"]
     base += shlex.split(args.server_args)

@@ -16,12 +16,13 @@ import json
 import sys
 from pathlib import Path
 
-from localspec.engine.benchset import BenchPrompt, load_bench_set, select_kinds
+from localspec.engine.benchset import BenchPrompt, load_selected
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.llama import LlamaModel
 from localspec.engine.lossless import explain, rounding_margin
 from localspec.engine.prompting import prompt_tokens
 from localspec.engine.worker import Engine
+from localspec.errors import UserInputError
 from localspec.types import GenerationRequest, Method, SpecParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,9 +61,10 @@ def main() -> int:
     parser.add_argument("--margin-prompts", type=int, default=3, help="prompts the margin is measured on")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    prompts = load_bench_set(args.prompts)
-    if args.kinds:
-        prompts = select_kinds(prompts, args.kinds.split(","))
+    try:
+        prompts = load_selected(args.prompts, args.kinds)
+    except UserInputError as exc:
+        sys.exit(str(exc))
     methods: list[Method] = [m for m in args.methods.split(",") if m]
     load = LoadOptions(n_ctx=4096)
     checker = LlamaModel(args.target, load)

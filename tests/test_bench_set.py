@@ -5,13 +5,21 @@ from __future__ import annotations
 import ast
 import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from localspec.engine.bench import load_prompts
-from localspec.engine.benchset import UNSORTED, BenchPrompt, load_bench_set, parse_bench_set, select_kinds
+from localspec.engine.benchset import (
+    UNSORTED,
+    BenchPrompt,
+    load_bench_set,
+    load_selected,
+    parse_bench_set,
+    select_kinds,
+)
 from localspec.errors import UserInputError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -115,6 +123,27 @@ def test_kinds_filter_keeps_order_and_names_a_missing_kind() -> None:
     assert [p.name for p in select_kinds(prompts, ["math", "chat"])] == ["a", "b"]
     with pytest.raises(UserInputError, match="no prompts of kind poetry; this set has chat, math, other"):
         select_kinds(prompts, ["chat", "poetry"])
+
+
+def test_load_selected_reads_kinds_as_the_command_line_gives_them(tmp_path: Path) -> None:
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps({"a": "x", "b": "y"}))
+    assert [p.name for p in load_selected(path)] == ["a", "b"]
+    assert [p.name for p in load_selected(path, " other , ")] == ["a", "b"]
+    with pytest.raises(UserInputError, match="no prompts of kind edit"):
+        load_selected(path, "edit")
+
+
+@pytest.mark.parametrize("script", ["head_to_head.py", "llama_server_compare.py", "lossless_check.py"])
+def test_scripts_name_a_missing_kind_in_one_line(script: str) -> None:
+    argv = [sys.executable, str(SCRIPTS / script), "--kinds", "edit"]
+    if script != "lossless_check.py":
+        argv += ["--server", "/nonexistent/llama-server"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=SCRIPTS.parent)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "no prompts of kind edit; this set has code_edit, code_write, summarize, qa, translate, chat, math"
+    ]
 
 
 SAMPLE = benchset_sources.Text(

@@ -63,16 +63,14 @@ def bench(
     prompt and method, the speedup of decode tok/s over `none`, and the medians per kind.
     """
     from localspec.engine.bench import kind_medians, report_json, run_bench
-    from localspec.engine.benchset import load_bench_set, select_kinds
+    from localspec.engine.benchset import load_selected
     from localspec.engine.isolated import open_engine
     from localspec.resolve import engine_config
     from localspec.settings import load_settings
 
     chosen = _methods(methods)
     settings = load_settings(**pop_model_settings(kwargs))
-    prompts = load_bench_set(prompts_file)
-    if kinds:
-        prompts = select_kinds(prompts, [k.strip() for k in kinds.split(",") if k.strip()])
+    prompts = load_selected(prompts_file, kinds or "")
     # Every method runs each prompt after `none` did: with a memory of earlier requests, n-gram
     # would copy none's own output and measure a repeat, not the method.
     config = replace(engine_config(settings), ngram_memory_tokens=0)

@@ -66,6 +66,13 @@ def parse_bench_set(data: Any, where: str = "prompts") -> list[BenchPrompt]:
     return prompts
 
 
+def load_selected(path: Path, kinds: str = "") -> list[BenchPrompt]:
+    """The set at `path`, only the kinds named in `kinds` (comma-separated; empty: all)."""
+    prompts = load_bench_set(path)
+    wanted = [k.strip() for k in kinds.split(",") if k.strip()]
+    return select_kinds(prompts, wanted) if wanted else prompts
+
+
 def select_kinds(prompts: Sequence[BenchPrompt], kinds: Iterable[str]) -> list[BenchPrompt]:
     """The prompts of the given kinds, in order; UserInputError naming a kind the set lacks."""
     wanted = list(dict.fromkeys(kinds))
