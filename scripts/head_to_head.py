@@ -15,7 +15,9 @@ each request names (`speculative.method`: none and auto). The n-gram memory acro
 off in localspec's daemon here (LOCALSPEC_NGRAM_MEMORY=0): every request sees only its
 own prompt, as llama-server's ngram-simple does. Its ngram-mod keeps a pool across requests, so
 with --repeat its second round drafts the reply its first wrote: only its first round counts.
-Each other contestant's fastest round counts (the least disturbed); the JSON keeps every round.
+Each other contestant's fastest round counts (the least disturbed), and beside those ratios the
+median of the ratios round by round (paired: the two contestants ran minutes apart at most); the
+JSON keeps every round. `--merge A.json B.json` reports several runs' rounds together.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from server_runs import PLAIN, SPEC_TYPES, ServerProcess, request_body
 
-from localspec.engine.benchset import BenchPrompt, load_bench_set, select_kinds
+from localspec.engine.benchset import BenchPrompt, load_selected
+from localspec.errors import UserInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
@@ -175,64 +178,115 @@ def run(
 # first. Only their first round counts (localspec's own memory is off here for the same reason).
 FIRST_ROUND_ONLY = ("server-ngram-mod",)
 
-
-def best(name: str, samples: Sequence[Timed]) -> Timed:
-    """The fastest decode of a contestant's rounds (the least disturbed), as `localspec bench` keeps."""
-    counted = samples[:1] if name in FIRST_ROUND_ONLY else samples
-    return max(counted, key=lambda s: s.decode_tps)
+Runs = Mapping[str, Mapping[str, Sequence[Timed]]]  # {prompt: {contestant: rounds}}
 
 
-def summarize(
-    prompts: Sequence[BenchPrompt], runs: Mapping[str, Mapping[str, Sequence[Timed]]]
-) -> dict[str, Any]:
-    """Per prompt: each contestant's best round, and the ratios the goals are stated in."""
+def counted(name: str, samples: Sequence[Timed]) -> list[Timed]:
+    """The rounds of a contestant that measure it: all but a pool's repeats of its own replies."""
+    return list(samples[:1] if name in FIRST_ROUND_ONLY else samples)
+
+
+def paired(num: Sequence[Timed], den: Sequence[Timed]) -> float:
+    """The median over rounds of num's decode speed over den's in the same round.
+
+    The two ran one after the other, so a drift of the machine's speed over minutes (this 2-vCPU
+    machine's identical runs differ by up to 15%) touches both; the best rounds of each may come
+    from different minutes.
+    """
+    return statistics.median(n.decode_tps / d.decode_tps for n, d in zip(num, den, strict=False))
+
+
+def summarize(kinds: Mapping[str, str], runs: Runs, not_counted: Runs | None = None) -> dict[str, Any]:
+    """Per prompt: each contestant's best round, and the ratios the goals are stated in: of the
+    best rounds (the least disturbed, as `localspec bench` keeps), and paired round by round."""
     rows: dict[str, Any] = {}
-    for p in prompts:
-        got = {name: best(name, s) for name, s in runs[p.name].items()}
+    for name, kind in kinds.items():
+        rounds = runs[name]
+        got = {c: max(s, key=lambda t: t.decode_tps) for c, s in rounds.items()}
         plain = got[f"server-{PLAIN}"]
-        servers = [t for name, t in got.items() if name.startswith("server-")]
-        top = max(servers, key=lambda t: t.decode_tps)
+        top = max((t for c, t in got.items() if c.startswith("server-")), key=lambda t: t.decode_tps)
         none, auto = got["localspec-none"], got["localspec-auto"]
-        rows[p.name] = {
-            "kind": p.kind,
-            "contestants": {name: asdict(t) for name, t in got.items()},
-            "rounds": {name: [asdict(t) for t in s] for name, s in runs[p.name].items()},
+        rows[name] = {
+            "kind": kind,
+            "contestants": {c: asdict(t) for c, t in got.items()},
+            "rounds": {c: [asdict(t) for t in s] for c, s in rounds.items()},
+            "not_counted": {c: [asdict(t) for t in s] for c, s in (not_counted or {}).get(name, {}).items()},
             "none_vs_server_plain": round(none.decode_tps / plain.decode_tps, 3),
             "ttft_none_vs_server_plain": round(
-                min(s.ttft_s for s in runs[p.name]["localspec-none"])
-                / min(s.ttft_s for s in runs[p.name][f"server-{PLAIN}"]),
+                min(s.ttft_s for s in rounds["localspec-none"])
+                / min(s.ttft_s for s in rounds[f"server-{PLAIN}"]),
                 3,
             ),
             "auto_vs_none": round(auto.decode_tps / none.decode_tps, 3),
             "auto_vs_best_server": round(auto.decode_tps / top.decode_tps, 3),
+            "none_vs_server_plain_paired": round(
+                paired(rounds["localspec-none"], rounds[f"server-{PLAIN}"]), 3
+            ),
+            "auto_vs_none_paired": round(paired(rounds["localspec-auto"], rounds["localspec-none"]), 3),
             "none_same_text_as_server_plain": none.text == plain.text,
         }
     return rows
 
 
-RATIOS = ("none_vs_server_plain", "ttft_none_vs_server_plain", "auto_vs_none", "auto_vs_best_server")
+def split_rounds(runs: Runs) -> tuple[Runs, Runs]:
+    """(the counted rounds, the rest) of every contestant on every prompt."""
+    kept = {p: {c: counted(c, s) for c, s in by.items()} for p, by in runs.items()}
+    rest = {p: {c: list(s[len(kept[p][c]) :]) for c, s in by.items()} for p, by in runs.items()}
+    return kept, rest
+
+
+def merge(paths: Sequence[Path]) -> tuple[dict[str, str], Runs]:
+    """The counted rounds of earlier runs' JSON, joined (same prompts, same contestants)."""
+    kinds: dict[str, str] = {}
+    joined: dict[str, dict[str, list[Timed]]] = {}
+    for path in paths:
+        try:
+            prompts = json.loads(path.read_text(encoding="utf-8"))["prompts"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise UserInputError(f"cannot read {path} as head_to_head JSON: {exc}") from exc
+        if joined and set(prompts) != set(joined):
+            raise UserInputError(f"{path} ran other prompts than {paths[0]}: merge runs of one set")
+        for name, row in prompts.items():
+            kinds[name] = row["kind"]
+            by = joined.setdefault(name, {})
+            for c, samples in row["rounds"].items():
+                by.setdefault(c, []).extend(counted(c, [Timed(**t) for t in samples]))
+    return kinds, joined
+
+
+RATIOS = (
+    "none_vs_server_plain",
+    "ttft_none_vs_server_plain",
+    "auto_vs_none",
+    "auto_vs_best_server",
+    "none_vs_server_plain_paired",
+    "auto_vs_none_paired",
+)
 
 
 def print_table(rows: Mapping[str, Any]) -> None:
-    print(f"\n{'prompt':<28} {'kind':<10} " + " ".join(f"{r:>22}" for r in RATIOS) + "  same")
+    heads = [r.replace("_vs_", "/").replace("server_plain", "plain") for r in RATIOS]
+    print(f"\n{'prompt':<28} {'kind':<10} " + " ".join(f"{h:>16}" for h in heads) + "  same")
     for name, row in rows.items():
         print(
             f"{name[:28]:<28} {row['kind'][:10]:<10} "
-            + " ".join(f"{row[r]:>21.3f}x" for r in RATIOS)
+            + " ".join(f"{row[r]:>15.3f}x" for r in RATIOS)
             + f"  {'yes' if row['none_same_text_as_server_plain'] else 'no'}"
         )
-    kinds = sorted(
-        {row["kind"] for row in rows.values()}, key=list(row["kind"] for row in rows.values()).index
-    )
-    print(f"\n{'median':<39} " + " ".join(f"{r:>22}" for r in RATIOS))
+    kinds = list(dict.fromkeys(row["kind"] for row in rows.values()))
+    print(f"\n{'median':<39} " + " ".join(f"{h:>16}" for h in heads))
     for kind in [*kinds, "all"]:
         sel = [row for row in rows.values() if kind in ("all", row["kind"])]
-        print(f"{kind:<39} " + " ".join(f"{statistics.median(r[x] for r in sel):>21.3f}x" for x in RATIOS))
+        print(f"{kind:<39} " + " ".join(f"{statistics.median(r[x] for r in sel):>15.3f}x" for x in RATIOS))
+    goals = ("none_vs_server_plain", "none_vs_server_plain_paired", "auto_vs_none", "auto_vs_none_paired")
+    for ratio in goals:
+        under = [f"{n} {row[ratio]:.3f}x" for n, row in rows.items() if row[ratio] < 0.97]
+        print(f"{ratio} < 0.97x on {len(under)} of {len(rows)}: {', '.join(under) or '-'}")
 
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server", type=Path, required=True, help="llama-server binary")
+    ap.add_argument("--server", type=Path, help="llama-server binary (needed unless --merge)")
     ap.add_argument("--target", type=Path, default=MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     ap.add_argument("--draft", type=Path, default=MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
     ap.add_argument("--prompts", type=Path, default=ROOT / "scripts" / "bench_set.json")
@@ -245,14 +299,25 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--port", type=int, default=8990)
     ap.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()))
     ap.add_argument("--json", type=Path)
-    return ap.parse_args()
+    ap.add_argument(
+        "--merge", type=Path, nargs="+", help="report the rounds of earlier runs' JSON together; run nothing"
+    )
+    args = ap.parse_args()
+    if not args.merge and args.server is None:
+        ap.error("--server is required (or --merge earlier runs)")
+    return args
 
 
 def main() -> None:
     args = parse_args()
-    prompts = load_bench_set(args.prompts)
-    if args.kinds:
-        prompts = select_kinds(prompts, [k.strip() for k in args.kinds.split(",") if k.strip()])
+    try:
+        if args.merge:
+            kinds, runs = merge(args.merge)
+            report(summarize(kinds, runs), args.json, {"merged": [str(p) for p in args.merge]})
+            return
+        prompts = load_selected(args.prompts, args.kinds)
+    except UserInputError as exc:
+        sys.exit(str(exc))
     if args.limit:
         prompts = prompts[: args.limit]
     base = ["-m", str(args.target), "-c", str(args.ctx), "-t", str(args.threads), "-np", "1", "--no-webui"]
@@ -282,21 +347,25 @@ def main() -> None:
                 server.stop()
             proc.terminate()
             proc.wait(30)
-    rows = summarize(prompts, runs)
+    kept, rest = split_rounds(runs)
+    settings = {
+        "server": str(args.server),
+        "server_args": base,
+        "target": str(args.target),
+        "draft": str(args.draft),
+        "max_tokens": args.max_tokens,
+        "repeat": args.repeat,
+        "started": started,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    report(summarize({p.name: p.kind for p in prompts}, kept, rest), args.json, settings)
+
+
+def report(rows: Mapping[str, Any], out: Path | None, settings: Mapping[str, Any]) -> None:
     print_table(rows)
-    if args.json:
-        settings = {
-            "server": str(args.server),
-            "server_args": base,
-            "target": str(args.target),
-            "draft": str(args.draft),
-            "max_tokens": args.max_tokens,
-            "repeat": args.repeat,
-            "started": started,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        args.json.write_text(json.dumps({"settings": settings, "prompts": rows}, indent=1), encoding="utf-8")
-        print(f"wrote {args.json}")
+    if out is not None:
+        out.write_text(json.dumps({"settings": settings, "prompts": rows}, indent=1), encoding="utf-8")
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+"""head_to_head's report: best rounds, ratios paired round by round, and runs merged."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.errors import UserInputError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import head_to_head as h2h
+
+CONTESTANTS = ("server-plain", "server-ngram-simple", "server-ngram-mod", "localspec-none", "localspec-auto")
+
+
+def timed(tps: float, text: str = "same") -> h2h.Timed:
+    return h2h.Timed(text=text, tokens=128, ttft_s=1.0, decode_tps=tps)
+
+
+def one_run(speeds: dict[str, list[float]]) -> dict[str, dict[str, list[h2h.Timed]]]:
+    return {"p": {c: [timed(x) for x in speeds[c]] for c in CONTESTANTS}}
+
+
+def test_paired_ratio_is_the_median_of_round_by_round_ratios() -> None:
+    # The machine ran fast in round 1 and slow in round 2: best rounds compare auto's fast round
+    # with none's fast round, pairs compare each round with its neighbour.
+    auto = [timed(60.0), timed(33.0), timed(45.0)]
+    none = [timed(50.0), timed(30.0), timed(40.0)]
+    assert h2h.paired(auto, none) == pytest.approx(1.125)
+
+
+def test_summary_counts_only_ngram_mods_first_round_and_keeps_the_rest() -> None:
+    speeds = {
+        "server-plain": [30.0, 32.0],
+        "server-ngram-simple": [35.0, 34.0],
+        "server-ngram-mod": [36.0, 90.0],  # its second round drafts the reply it wrote in the first
+        "localspec-none": [31.0, 30.0],
+        "localspec-auto": [40.0, 45.0],
+    }
+    kept, rest = h2h.split_rounds(one_run(speeds))
+    row = h2h.summarize({"p": "code_edit"}, kept, rest)["p"]
+    assert row["contestants"]["server-ngram-mod"]["decode_tps"] == 36.0
+    assert [t["decode_tps"] for t in row["not_counted"]["server-ngram-mod"]] == [90.0]
+    assert row["auto_vs_best_server"] == pytest.approx(45.0 / 36.0, abs=1e-3)
+    assert row["auto_vs_none"] == pytest.approx(45.0 / 31.0, abs=1e-3)
+    assert row["auto_vs_none_paired"] == pytest.approx((40 / 31 + 45 / 30) / 2, abs=1e-3)
+    assert row["none_vs_server_plain_paired"] == pytest.approx((31 / 30 + 30 / 32) / 2, abs=1e-3)
+
+
+def test_merge_joins_the_rounds_of_runs_in_order(tmp_path: Path) -> None:
+    paths = []
+    for i, base in enumerate((30.0, 40.0)):
+        speeds = {c: [base + j, base + j + 1] for j, c in enumerate(CONTESTANTS)}
+        kept, rest = h2h.split_rounds(one_run(speeds))
+        paths.append(tmp_path / f"run{i}.json")
+        h2h.report(h2h.summarize({"p": "qa"}, kept, rest), paths[-1], {})
+    kinds, runs = h2h.merge(paths)
+    assert kinds == {"p": "qa"}
+    assert [t.decode_tps for t in runs["p"]["localspec-none"]] == [33.0, 34.0, 43.0, 44.0]
+    # Each run started its own llama-server: each run's first ngram-mod round counts.
+    assert [t.decode_tps for t in runs["p"]["server-ngram-mod"]] == [32.0, 42.0]
+
+
+def test_merge_refuses_runs_of_different_prompts_in_one_line(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for path, name in ((a, "p"), (b, "q")):
+        speeds = {c: [30.0] for c in CONTESTANTS}
+        runs = {name: one_run(speeds)["p"]}
+        kept, rest = h2h.split_rounds(runs)
+        h2h.report(h2h.summarize({name: "qa"}, kept, rest), path, {})
+    with pytest.raises(UserInputError, match="ran other prompts"):
+        h2h.merge([a, b])
+    (tmp_path / "bad.json").write_text(json.dumps({"nothing": 1}))
+    with pytest.raises(UserInputError, match=r"cannot read .* as head_to_head JSON"):
+        h2h.merge([tmp_path / "bad.json"])
