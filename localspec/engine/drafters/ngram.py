@@ -27,7 +27,10 @@ class NgramMatch:
 
     tokens: list[int]
     match_len: int
-    start: int = -1  # where `tokens` begin in the text it was looked up in (-1: nothing matched)
+    # A lookup's: where `tokens` begin in the text it was looked up in (-1: nothing matched); the
+    # copy cursor anchors there. A cursor draft's: the cursor's place in the copied text, which
+    # the draft begins at unless it first finishes an edit's new tokens (nothing anchors on it).
+    start: int = -1
 
 
 class NgramIndex:
