@@ -9,7 +9,8 @@ timings: two clocks, and two runs minutes apart on a machine whose speed drifts.
 sends every contestant the same streamed greedy chat request (prompt cache off), prompt by prompt,
 the contestants taking turns, and times each reply by its chunks' arrival: time to first token is
 the first content chunk's arrival after sending; decode tok/s is (completion tokens - 1) over the
-time from the first content chunk to the last. Contestants: llama-server plain, ngram-simple and
+time from the first content chunk to the last (llama-server's count less the end-of-generation
+token it counts and streams nothing for). Contestants: llama-server plain, ngram-simple and
 ngram-mod (one server each, started at once), and one `localspec serve` answering with the method
 each request names (`speculative.method`: none and auto). The n-gram memory across requests is
 off in localspec's daemon here (LOCALSPEC_NGRAM_MEMORY=0): every request sees only its
@@ -63,20 +64,27 @@ class Timed:
 class Contestant:
     """Something that answers a streamed chat request: a llama-server, or localspec with a method."""
 
-    def __init__(self, name: str, client: httpx.Client, extra: Mapping[str, Any]) -> None:
+    def __init__(
+        self, name: str, client: httpx.Client, extra: Mapping[str, Any], *, counts_end: bool = False
+    ) -> None:
         self.name, self.client, self.extra = name, client, dict(extra)
+        # llama-server's completion_tokens counts the end-of-generation token it stopped on
+        # (server-context.cpp: n_gen grows before the EOS check); it streams no text, so a reply
+        # of 17 tokens read as 18, its decode 17/16 of what it was.
+        self.counts_end = counts_end
 
     def ask(self, body: Mapping[str, Any]) -> Timed:
         payload = {**body, **self.extra, "stream": True, "stream_options": {"include_usage": True}}
         sent = time.perf_counter()
         arrivals: list[float] = []
         parts: list[str] = []
-        tokens = 0
+        tokens, finish = 0, None
         with self.client.stream("POST", "/v1/chat/completions", json=payload, timeout=600) as reply:
             if reply.status_code != 200:
                 sys.exit(f"{self.name} answered {reply.status_code}: {reply.read()[:300]!r}")
             for data in _events(reply.iter_lines()):
                 for choice in data.get("choices") or ():
+                    finish = choice.get("finish_reason") or finish
                     text = (choice.get("delta") or {}).get("content")
                     if text:
                         arrivals.append(time.perf_counter())
@@ -86,6 +94,8 @@ class Contestant:
                     tokens = int(usage["completion_tokens"])
         if not arrivals or not tokens:
             sys.exit(f"{self.name} streamed no text or no usage")
+        if self.counts_end and finish == "stop":  # no stop strings are sent: it stopped on EOS
+            tokens -= 1
         decode = arrivals[-1] - arrivals[0]
         return Timed(
             "".join(parts),
@@ -332,7 +342,7 @@ def main() -> None:
                 server = ServerProcess.start(args.server, [*base, *SPEC_TYPES[mode]], args.port + i, log)
                 servers.append(server)
                 http = httpx.Client(base_url=f"http://127.0.0.1:{server.port}")
-                contestants.append(Contestant(f"server-{mode}", http, {}))
+                contestants.append(Contestant(f"server-{mode}", http, {}, counts_end=True))
             model = served_name(client, args.target)
             for method in LOCALSPEC_METHODS:
                 contestants.append(

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from localspec.errors import UserInputError
@@ -23,6 +24,26 @@ def timed(tps: float, text: str = "same") -> h2h.Timed:
 
 def one_run(speeds: dict[str, list[float]]) -> dict[str, dict[str, list[h2h.Timed]]]:
     return {"p": {c: [timed(x) for x in speeds[c]] for c in CONTESTANTS}}
+
+
+def streamed(finish: str, usage_tokens: int) -> httpx.Client:
+    """A client whose server streams three one-token chunks, as llama-server does, then its usage."""
+    events = [{"choices": [{"delta": {"content": c}, "finish_reason": None}]} for c in "abc"]
+    events.append({"choices": [{"delta": {}, "finish_reason": finish}]})
+    events.append({"choices": [], "usage": {"completion_tokens": usage_tokens}})
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    reply = httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+    return httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: reply))
+
+
+def test_llama_servers_end_token_is_not_counted_as_a_streamed_token() -> None:
+    # Three tokens streamed, the end-of-generation token counted in usage: three tokens, two gaps.
+    server = h2h.Contestant("server-plain", streamed("stop", 4), {}, counts_end=True)
+    assert server.ask({"messages": []}).tokens == 3
+    # Cut at max_tokens there is no end token to take off.
+    assert h2h.Contestant("server-plain", streamed("length", 3), {}, counts_end=True).ask({}).tokens == 3
+    # localspec counts what it streamed.
+    assert h2h.Contestant("localspec-none", streamed("stop", 3), {}).ask({}).tokens == 3
 
 
 def test_paired_ratio_is_the_median_of_round_by_round_ratios() -> None:
