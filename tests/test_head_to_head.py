@@ -29,7 +29,9 @@ def one_run(speeds: dict[str, list[float]]) -> dict[str, dict[str, list[h2h.Time
 
 def streamed(finish: str, usage_tokens: int) -> httpx.Client:
     """A client whose server streams three one-token chunks, as llama-server does, then its usage."""
-    events: list[dict[str, Any]] = [{"choices": [{"delta": {"content": c}, "finish_reason": None}]} for c in "abc"]
+    events: list[dict[str, Any]] = [
+        {"choices": [{"delta": {"content": c}, "finish_reason": None}]} for c in "abc"
+    ]
     events.append({"choices": [{"delta": {}, "finish_reason": finish}]})
     events.append({"choices": [], "usage": {"completion_tokens": usage_tokens}})
     body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
