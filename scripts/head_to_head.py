@@ -200,7 +200,7 @@ def paired(num: Sequence[Timed], den: Sequence[Timed]) -> float:
     """The median over rounds of num's decode speed over den's in the same round.
 
     The two ran one after the other, so a drift of the machine's speed over minutes (this 2-vCPU
-    machine's identical runs differ by up to 15%) touches both; the best rounds of each may come
+    machine's identical runs differ by up to 20%) touches both; the best rounds of each may come
     from different minutes.
     """
     return statistics.median(n.decode_tps / d.decode_tps for n, d in zip(num, den, strict=False))
