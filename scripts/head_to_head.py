@@ -259,8 +259,12 @@ def merge(paths: Sequence[Path]) -> tuple[dict[str, str], Runs]:
         for name, row in prompts.items():
             kinds[name] = row["kind"]
             by = joined.setdefault(name, {})
+            # Rows written since rounds were split keep only counted rounds (merged ones hold a
+            # first ngram-mod round per run); older rows kept every round.
+            done = "not_counted" in row
             for c, samples in row["rounds"].items():
-                by.setdefault(c, []).extend(counted(c, [Timed(**t) for t in samples]))
+                timed = [Timed(**t) for t in samples]
+                by.setdefault(c, []).extend(timed if done else counted(c, timed))
     return kinds, joined
 
 

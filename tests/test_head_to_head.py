@@ -87,6 +87,19 @@ def test_merge_joins_the_rounds_of_runs_in_order(tmp_path: Path) -> None:
     assert [t.decode_tps for t in runs["p"]["localspec-none"]] == [33.0, 34.0, 43.0, 44.0]
     # Each run started its own llama-server: each run's first ngram-mod round counts.
     assert [t.decode_tps for t in runs["p"]["server-ngram-mod"]] == [32.0, 42.0]
+    # A merged report merged again keeps every run's first ngram-mod round.
+    h2h.report(h2h.summarize(kinds, runs), tmp_path / "merged.json", {})
+    _, again = h2h.merge([tmp_path / "merged.json"])
+    assert [t.decode_tps for t in again["p"]["server-ngram-mod"]] == [32.0, 42.0]
+    # A report written before rounds were split (every round, no not_counted): ngram-mod's first only.
+    old = json.loads(paths[0].read_text())
+    old["prompts"]["p"]["rounds"]["server-ngram-mod"].append(
+        dict(old["prompts"]["p"]["rounds"]["server-plain"][0])
+    )
+    del old["prompts"]["p"]["not_counted"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    _, older = h2h.merge([tmp_path / "old.json"])
+    assert [t.decode_tps for t in older["p"]["server-ngram-mod"]] == [32.0]
 
 
 def test_merge_refuses_runs_of_different_prompts_in_one_line(tmp_path: Path) -> None:
