@@ -40,7 +40,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_runs import PLAIN, SPEC_TYPES, ServerProcess, request_body
+from server_runs import PLAIN, SPEC_TYPES, ServerProcess, request_body, streamed_tokens
 
 from localspec.engine.benchset import BenchPrompt, load_selected
 from localspec.errors import UserInputError
@@ -68,9 +68,8 @@ class Contestant:
         self, name: str, client: httpx.Client, extra: Mapping[str, Any], *, counts_end: bool = False
     ) -> None:
         self.name, self.client, self.extra = name, client, dict(extra)
-        # llama-server's completion_tokens counts the end-of-generation token it stopped on
-        # (server-context.cpp: n_gen grows before the EOS check); it streams no text, so a reply
-        # of 17 tokens read as 18, its decode 17/16 of what it was.
+        # llama-server counts the end-of-generation token it stopped on (server_runs.streamed_tokens):
+        # uncorrected, a 17-token reply read as 18, its decode 17/16 of what it was.
         self.counts_end = counts_end
 
     def ask(self, body: Mapping[str, Any]) -> Timed:
@@ -94,8 +93,8 @@ class Contestant:
                     tokens = int(usage["completion_tokens"])
         if not arrivals or not tokens:
             sys.exit(f"{self.name} streamed no text or no usage")
-        if self.counts_end and finish == "stop":  # no stop strings are sent: it stopped on EOS
-            tokens -= 1
+        if self.counts_end:
+            tokens = streamed_tokens(tokens, finish)
         decode = arrivals[-1] - arrivals[0]
         return Timed(
             "".join(parts),

@@ -80,6 +80,16 @@ def request_body(prompt: BenchPrompt, max_tokens: int) -> dict[str, Any]:
     }
 
 
+def streamed_tokens(completion_tokens: int, finish_reason: str | None) -> int:
+    """The tokens of a llama-server reply's text, as localspec counts its own.
+
+    Its completion_tokens counts the end-of-generation token it stopped on (server-context.cpp:
+    n_gen grows before the EOS check), which has no text: a 17-token reply reads as 18. The
+    requests here send no stop strings, so "stop" means it stopped on that token.
+    """
+    return completion_tokens - 1 if finish_reason == "stop" else completion_tokens
+
+
 def parse_reply(reply: Mapping[str, Any], wall_s: float) -> Sample:
     """A chat completion's text, tokens and the server's own timings; ServerReplyError otherwise."""
     if "error" in reply:
@@ -88,7 +98,9 @@ def parse_reply(reply: Mapping[str, Any], wall_s: float) -> Sample:
         raise ServerReplyError(f"llama-server answered with an error: {message}")
     try:
         text = reply["choices"][0]["message"]["content"]
-        tokens = int(reply["usage"]["completion_tokens"])
+        tokens = streamed_tokens(
+            int(reply["usage"]["completion_tokens"]), reply["choices"][0].get("finish_reason")
+        )
         timings = reply["timings"]
         decode = float(timings["predicted_per_second"])
         prompt_ms = float(timings["prompt_ms"])

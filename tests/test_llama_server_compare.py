@@ -71,6 +71,12 @@ def test_a_reply_gives_the_servers_decode_speed_its_prompt_time_and_the_wall_spe
     assert sample == Sample("def f(): pass", 41, 20.0, 16.4, 0.25, 30, 21)
     # No draft fields when the server drafted nothing.
     assert server_runs.parse_reply(_reply(), wall_s=2.0).drafted == 0
+    # Stopped on its end-of-generation token, which usage counts and the text lacks: 41 tokens of text.
+    stopped = _reply()
+    stopped["choices"][0]["finish_reason"] = "stop"
+    stopped["usage"]["completion_tokens"] = 42
+    assert server_runs.parse_reply(stopped, wall_s=2.5).tokens == 41
+    assert server_runs.parse_reply(stopped, wall_s=2.5).e2e_tps == 16.4
 
 
 @pytest.mark.parametrize(
