@@ -7,6 +7,8 @@
     .venv/bin/python scripts/replay_bench.py replay traces.json
     # ... a machine that charges each step for its context (attention over it), as the engine pays
     .venv/bin/python scripts/replay_bench.py replay traces.json --context-costs
+    # ... and on 8 machines whose curves are each a few percent off: each prompt's mean, min and max
+    .venv/bin/python scripts/replay_bench.py replay traces.json --context-costs --jitter 8
 
 A head-to-head run (`head_to_head.py`) takes half an hour and moves ±3% per prompt from one round
 to the next; a replay takes a second and is exact under its cost model, so a policy change can be
@@ -15,7 +17,7 @@ calibrated curve V(n) (measured here as the engine measures it, after 16 tokens 
 with --context-costs, what each token of context adds to a batch of n, from the same widths
 measured again after --long-prefix tokens. Greedy decoding is lossless, so one recorded reply
 fixes every step's outcome; a draft may run past a reply that ended before --max-tokens, as in
-the engine.
+the engine. One replay is one path, though: a curve 3% off moves some prompts by 20% (--jitter).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 from collections import defaultdict
@@ -48,6 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHORT_PREFIX = 16
 # A step's Python overhead in the engine (OnlineCosts learns it there; measured ~0.3 ms on 2 cores).
 STEP_OVERHEAD_S = 0.3e-3
+# How far off a calibration's timed point may be, one run to the next (a standard deviation): what
+# --jitter perturbs each point by.
+JITTER_SD = 0.03
 
 
 def record(args: argparse.Namespace) -> None:
@@ -102,31 +108,78 @@ def machine(data: dict[str, Any], context_costs: bool) -> Machine:
     )
 
 
-def replay_all(args: argparse.Namespace) -> None:
-    data = json.loads(args.traces.read_text(encoding="utf-8"))
-    m = machine(data, args.context_costs)
+def jittered(data: dict[str, Any], seed: int, sd: float = JITTER_SD) -> dict[str, Any]:
+    """The recording with every timed point of both curves off by its own few percent (seed 0: as recorded).
+
+    A replay is one path: each step's choice moves the estimates the next step chooses by, so a
+    curve a few percent off, as the next calibration may measure it, sends a prompt down another
+    path (bisect's rename at 128 tokens: 1.27-1.56x under 3%). Replayed on several such machines a
+    change is judged on where a prompt lands on average, not on one path's luck.
+    """
+    if seed == 0:
+        return data
+    rng = random.Random(seed)
+    curves = dict(data["curves"])
+    for name in ("short", "long"):
+        curves[name] = [v * max(0.5, 1.0 + rng.gauss(0.0, sd)) for v in curves[name]]
+    return {**data, "curves": curves}
+
+
+def replay_ratios(data: dict[str, Any], context_costs: bool) -> dict[str, float]:
+    """auto / none per prompt on the recording's machine, its requests sharing one OnlineCosts."""
+    m = machine(data, context_costs)
     costs = OnlineCosts(m.verify)  # shared by every request, as in the engine
-    by_kind: dict[str, list[float]] = defaultdict(list)
-    print(f"{'prompt':28} {'prompt tok':>10} {'reply tok':>9} {'auto/none':>9} {'ceiling/none':>12}")
+    ratios: dict[str, float] = {}
     for t in data["traces"]:
         trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
         plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
         clock = SimClock()
         policy = AutoPolicy(costs, NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
         auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=data["max_tokens"])
+        ratios[t["name"]] = auto.tokens_per_second / plain
+    return ratios
+
+
+def replay_all(args: argparse.Namespace) -> None:
+    data = json.loads(args.traces.read_text(encoding="utf-8"))
+    runs = [replay_ratios(jittered(data, seed), args.context_costs) for seed in range(args.jitter)]
+    m = machine(data, args.context_costs)
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    spread = args.jitter > 1
+    print(
+        f"{'prompt':28} {'prompt tok':>10} {'reply tok':>9} {'auto/none':>9}"
+        + (f" {'min':>6} {'max':>6}" if spread else "")
+        + f" {'ceiling/none':>12}"
+    )
+    for t in data["traces"]:
+        trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
+        plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
         best = ceiling(trace, m, k_max=NGRAM_K_MAX).result.tokens_per_second
-        ratio = auto.tokens_per_second / plain
+        ratios = [run[t["name"]] for run in runs]
+        ratio = statistics.mean(ratios)
         by_kind[t["kind"]].append(ratio)
+        low_high = f" {min(ratios):5.2f}x {max(ratios):5.2f}x" if spread else ""
         print(
-            f"{t['name']:28} {len(trace.prompt):10} {len(trace.output):9} {ratio:8.2f}x {best / plain:11.2f}x"
+            f"{t['name']:28} {len(trace.prompt):10} {len(trace.output):9} {ratio:8.2f}x{low_high}"
+            f" {best / plain:11.2f}x"
         )
     every = [r for ratios in by_kind.values() for r in ratios]
     print()
+    if spread:
+        print(f"auto / none: the mean over {args.jitter} machines (the recorded curves, then each point "
+              f"off by N(0, {JITTER_SD:.0%})); min and max over them")  # fmt: skip
     for kind, ratios in by_kind.items():
         print(f"{kind:12} auto / none median {statistics.median(ratios):.2f}x")
-    geo = math.exp(statistics.mean(math.log(r) for r in every))
+    geo = math.exp(statistics.mean(math.log(r) for run in runs for r in run.values()))
     under = sum(r < 0.97 for r in every)
     print(f"all          geometric mean {geo:.3f}x; under 0.97x on {under} of {len(every)}")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def main() -> None:
@@ -144,6 +197,11 @@ def main() -> None:
     rep = sub.add_parser("replay", help="replay auto on recorded replies")
     rep.add_argument("traces", type=Path)
     rep.add_argument("--context-costs", action="store_true", help="charge each step for its context")
+    rep.add_argument(
+        "--jitter", type=_positive, default=1, metavar="N",
+        help=f"replay on N machines: the recorded one, then N - 1 with each timed point off by "
+        f"N(0, {JITTER_SD * 100:.0f}%%)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.command == "record":
         record(args)

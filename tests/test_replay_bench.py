@@ -59,6 +59,38 @@ def test_record_then_replay_on_the_tiny_model(
         run(replay_bench, monkeypatch, "replay", str(out), *flags)
         printed = capsys.readouterr().out
         assert "one" in printed and "two" in printed and "geometric mean" in printed
+    run(replay_bench, monkeypatch, "replay", str(out), "--jitter", "3")
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(("one", "two"))]
+    for row in rows:  # name, prompt tok, reply tok, mean, min, max, ceiling
+        mean, low, high = (float(v.rstrip("x")) for v in row[3:6])
+        assert low <= mean <= high
+
+
+def test_jitter_moves_every_timed_point_a_little_and_seed_0_not_at_all(replay_bench: ModuleType) -> None:
+    curves = {"sizes": [1, 2, 4], "short": [0.01, 0.02, 0.03], "long": [0.02, 0.03, 0.05]}
+    data = {"curves": curves, "traces": []}
+    assert replay_bench.jittered(data, 0) is data
+    one, two = replay_bench.jittered(data, 1), replay_bench.jittered(data, 2)
+    assert one["curves"]["sizes"] == [1, 2, 4] and data["curves"] is curves  # the recording kept
+    for name in ("short", "long"):
+        moved = [a / b for a, b in zip(one["curves"][name], curves[name], strict=True)]
+        assert all(r != 1.0 and abs(r - 1.0) < 0.2 for r in moved)
+        assert one["curves"][name] != two["curves"][name]
+    assert replay_bench.jittered(data, 1) == one  # a seed is one machine, every time
+
+
+def test_jitter_needs_at_least_the_recorded_machine(
+    replay_bench: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        run(replay_bench, monkeypatch, "replay", str(tmp_path / "traces.json"), "--jitter", "0")
+    assert refused.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as helped:  # the help text formats (its "%" escaped)
+        run(replay_bench, monkeypatch, "replay", "--help")
+    assert helped.value.code == 0 and "N(0, 3%)" in capsys.readouterr().out
 
 
 def test_context_costs_charge_a_long_prompt_more(
