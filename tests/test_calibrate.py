@@ -87,6 +87,31 @@ def test_one_pass_is_enough_when_the_budget_is_spent(model: LlamaModel) -> None:
     assert seen == [1.0]
 
 
+def test_a_width_stalled_in_every_pass_is_timed_again(
+    model: LlamaModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stall cannot be made on demand: width 8's passes are made to read 50x what they took.
+    real_timed = cal._timed
+    stalled: list[float] = []
+    again: list[float] = []
+
+    def timed(m: LlamaModel, tokens: list[int], n: int, prefix: int = cal.PREFIX) -> float:
+        seconds = real_timed(m, tokens, n, prefix)
+        if n != 8:
+            return seconds
+        if len(stalled) < cal.PASSES:  # every pass (the untimed warm-up is the widest, 64)
+            stalled.append(50.0 * seconds + 1.0)
+            return stalled[-1]
+        again.append(seconds)
+        return seconds
+
+    monkeypatch.setattr(cal, "_timed", timed)
+    curve = cal.measure(model, passes=cal.PASSES, budget_s=60.0)
+    assert len(stalled) == cal.PASSES and len(again) == cal.SPOT_REPEATS
+    assert curve(8) == min(again) < min(stalled)
+    assert model.n_past == 0
+
+
 def test_calibration_is_cached_and_reused(model: LlamaModel, tmp_path: Path) -> None:
     first = cal.calibrate(model, tmp_path)
     second = cal.calibrate(model, tmp_path)
