@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.engine.sampling import greedy_accept, probabilities, rejection_sample, sample
+from localspec.engine.sampling import Dist, distribution, greedy_accept, judge, probabilities, sample
 from localspec.types import SamplingParams
 
 
@@ -40,20 +42,121 @@ def test_greedy_accept_counts_the_matching_prefix() -> None:
 
 
 def test_sample_is_reproducible_for_a_seed() -> None:
-    p = np.array([0.2, 0.3, 0.5])
+    p = Dist.from_dense(np.array([0.2, 0.3, 0.5]))
     a = [sample(p, np.random.default_rng(3)) for _ in range(5)]
     b = [sample(p, np.random.default_rng(3)) for _ in range(5)]
     assert a == b
 
 
+def _reference(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The definition, written the slow way: temperature, top-k, a stable sort of the whole
+    vocabulary for top-p, min-p, each renormalised."""
+    scaled = np.asarray(logits, dtype=np.float64) / max(params.temperature, 1e-6)
+    if 0 < params.top_k < scaled.shape[0]:
+        scaled = np.where(scaled >= np.sort(scaled)[-params.top_k], scaled, -np.inf)
+    probs = np.exp(scaled - scaled.max())
+    probs /= probs.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        n_keep = int(np.searchsorted(np.cumsum(probs[order]), params.top_p) + 1)
+        kept = np.zeros_like(probs)
+        kept[order[:n_keep]] = probs[order[:n_keep]]
+        probs = kept / kept.sum()
+    if params.min_p > 0.0:
+        probs = np.where(probs >= params.min_p * probs.max(), probs, 0.0)
+        probs /= probs.sum()
+    return probs
+
+
+def _logits(kind: str, rng: np.random.Generator, size: int = 151_936) -> np.ndarray:
+    if kind == "peaked":  # a few tokens hold the mass, as in code
+        x = rng.standard_normal(size) * 2.0
+        x[rng.choice(size, 5, replace=False)] += 14.0
+    elif kind == "flat":  # prose at temperature 1: top-p needs thousands of tokens
+        x = rng.standard_normal(size) * 0.3
+    elif kind == "ties":  # quantised logits: many exact ties at every cut
+        x = np.round(rng.standard_normal(size) * 2.0, 1)
+    else:  # a grammar's mask: most of the vocabulary at -inf
+        x = rng.standard_normal(size) * 2.0
+        x[rng.random(size) < 0.999] = -np.inf
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["peaked", "flat", "ties", "masked"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.7, top_p=0.95),
+        SamplingParams(temperature=0.8, top_k=40, top_p=0.9),
+        SamplingParams(temperature=1.3, top_p=0.5, min_p=0.05),
+        SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+        SamplingParams(temperature=1.0, top_k=3),
+        SamplingParams(temperature=0.9, min_p=0.1),
+    ],
+    ids=lambda p: f"t{p.temperature}-k{p.top_k}-p{p.top_p}-m{p.min_p}",
+)
+def test_the_fast_distribution_keeps_the_definitions_tokens_and_mass(
+    kind: str, params: SamplingParams
+) -> None:
+    logits = _logits(kind, np.random.default_rng(len(kind)))
+    want = _reference(logits, params)
+    got = distribution(logits, params)
+    assert np.array_equal(
+        np.flatnonzero(got.dense()), np.flatnonzero(want)
+    )  # the same kept set, ties and all
+    assert np.allclose(got.dense(), want, rtol=1e-5, atol=1e-12)  # float32 over the vocabulary
+    assert got.dense().sum() == pytest.approx(1.0)
+
+
+def test_a_draw_from_the_support_is_the_draw_from_the_whole_vocabulary() -> None:
+    dense = _reference(_logits("ties", np.random.default_rng(5)), SamplingParams(temperature=1.0, top_p=0.9))
+    dist = Dist.from_dense(dense)
+    cdf = np.cumsum(dense)
+    for u in np.random.default_rng(6).random(500):
+        want = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+        assert sample(dist, cast(np.random.Generator, _Fixed(u))) == want
+
+
+class _Fixed:
+    """A generator whose next uniform is given."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
+def test_a_distribution_answers_for_tokens_outside_its_support() -> None:
+    dist = Dist.from_dense(np.array([0.0, 0.5, 0.0, 0.25, 0.25]))
+    assert dist.prob(1) == 0.5 and dist.prob(0) == 0.0 and dist.prob(4) == 0.25
+    assert list(dist.probs_of(np.arange(5))) == [0.0, 0.5, 0.0, 0.25, 0.25]
+    assert dist.top() == 0.5
+    assert np.array_equal(dist.dense(), [0.0, 0.5, 0.0, 0.25, 0.25])
+
+
+def _verify(
+    draft: list[int], q: list[Dist | None], p: list[Dist], rng: np.random.Generator
+) -> tuple[int, int]:
+    """As the engine verifies: (tokens kept, the token the target adds)."""
+    for i, token in enumerate(draft):
+        instead = judge(token, p[i], q[i], rng)
+        if instead is not None:
+            return i, instead
+    return len(draft), sample(p[len(draft)], rng)
+
+
 def _verify_many(p: list[np.ndarray], q: np.ndarray | None, n: int, seed: int) -> np.ndarray:
     """Draw n one-token drafts from q (or the point mass at token 0) and return the first output token."""
     rng = np.random.default_rng(seed)
+    rows = [Dist.from_dense(row) for row in p]
+    q_dist = None if q is None else Dist.from_dense(q)
     out = np.empty(n, dtype=np.int64)
     for i in range(n):
-        drafted = 0 if q is None else sample(q, rng)
-        verdict = rejection_sample([drafted], [q], p, rng)
-        out[i] = drafted if verdict.n_accepted == 1 else verdict.next_token
+        drafted = 0 if q_dist is None else sample(q_dist, rng)
+        kept, token = _verify([drafted], [q_dist], rows, rng)
+        out[i] = drafted if kept == 1 else token
     return out
 
 
@@ -67,15 +170,12 @@ def test_rejection_sampling_output_follows_the_target(q: np.ndarray | None) -> N
 
 
 def test_rejection_sampling_with_equal_distributions_accepts_everything() -> None:
-    p = np.array([0.5, 0.5])
+    p = Dist.from_dense(np.array([0.5, 0.5]))
     rng = np.random.default_rng(0)
     for _ in range(200):
-        verdict = rejection_sample([1, 0], [p, p], [p, p, p], rng)
-        assert verdict.n_accepted == 2
+        assert _verify([1, 0], [p, p], [p, p, p], rng)[0] == 2
 
 
 def test_a_token_the_target_cannot_produce_is_always_rejected() -> None:
-    p = [np.array([0.0, 1.0]), np.array([0.5, 0.5])]
-    rng = np.random.default_rng(0)
-    verdict = rejection_sample([0], [None], p, rng)
-    assert verdict == verdict.__class__(0, 1)
+    p = [Dist.from_dense(np.array([0.0, 1.0])), Dist.from_dense(np.array([0.5, 0.5]))]
+    assert _verify([0], [None], p, np.random.default_rng(0)) == (0, 1)

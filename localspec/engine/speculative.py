@@ -29,7 +29,7 @@ import numpy.typing as npt
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import greedy_accept, probabilities, rejection_sample, sample
+from localspec.engine.sampling import distribution, greedy_accept, judge, sample
 from localspec.engine.textstream import TextStream
 from localspec.errors import ContextOverflowError, RequestCancelledError
 from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
@@ -294,24 +294,20 @@ class Generation:
         return _Step(new_tokens, verdict.accepted, verdict.judged, verdict.examined)
 
     def _verify_sampled(self, draft: Draft) -> _Judgement:
-        tokens, probs = draft.tokens, draft.probs
-        rows: list[npt.NDArray[np.float64]] = []
-        consumed = 0  # drafted tokens the constraint took while the rows were masked
-        for i in range(len(tokens) + 1):
-            rows.append(probabilities(self._masked(self.target.logits(i)), self.params))
-            if i < len(tokens) and self.constraint is not None:
-                if not self.constraint.allows(tokens[i]):
-                    # p(token) is 0: rejected here for certain, so the rows after it are never read.
-                    tokens, probs = tokens[: i + 1], probs[: i + 1]
-                    rows.append(rows[-1])
-                    break
-                self.constraint.accept(tokens[i])
-                consumed += 1
-        sampled = rejection_sample(tokens, probs, rows, self.rng)
-        n = sampled.n_accepted
-        if self.constraint is not None:
-            self.constraint.rollback(consumed - n)
-        return _Judgement(n, sampled.next_token, len(tokens), n, min(n + 1, len(draft.tokens) + 1))
+        # Each position's distribution is computed when its token is judged: after a rejection the
+        # rest of the batch's rows are never read.
+        tokens, judged = draft.tokens, len(draft.tokens)
+        for i, token in enumerate(tokens):
+            if self.constraint is not None and not self.constraint.allows(token):
+                judged = i + 1  # p(token) is 0: rejected here for certain
+            p = distribution(self._masked(self.target.logits(i)), self.params)
+            instead = judge(token, p, draft.probs[i], self.rng)
+            if instead is not None:
+                return _Judgement(i, instead, judged, i, i + 1)
+            if self.constraint is not None:  # the grammar follows the accepted prefix
+                self.constraint.accept(token)
+        n = len(tokens)
+        return _Judgement(n, self._pick(self._masked(self.target.logits(n))), judged, n, n + 1)
 
     def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
         draft = batch[1:]
@@ -349,7 +345,7 @@ class Generation:
     def _pick(self, logits: npt.NDArray[np.float32]) -> int:
         if self.params.greedy:
             return int(logits.argmax())
-        return sample(probabilities(logits, self.params), self.rng)
+        return sample(distribution(logits, self.params), self.rng)
 
     def _count(self, judged: int, n_acc: int) -> None:
         st = self.stats

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import numpy.typing as npt
 
+from localspec.engine.sampling import Dist
 from localspec.types import SamplingParams
 
 KeepFn = Callable[[int, float], bool]
@@ -24,7 +24,7 @@ class Draft:
     """Proposed tokens; `probs[i]` is q for token i (None: a deterministic proposal)."""
 
     tokens: list[int] = field(default_factory=list)
-    probs: list[npt.NDArray[np.float64] | None] = field(default_factory=list)
+    probs: list[Dist | None] = field(default_factory=list)
     seconds: float = 0.0
     evidence: int = 0
 

@@ -9,7 +9,7 @@ import numpy.typing as npt
 
 from localspec.engine.drafters.base import Draft, KeepFn, common_prefix
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import probabilities, sample
+from localspec.engine.sampling import Dist, distribution, sample
 from localspec.types import SamplingParams
 
 
@@ -92,7 +92,7 @@ class ModelDrafter:
 
     def _choose(
         self, logits: npt.NDArray[np.float32], params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[int, npt.NDArray[np.float64] | None, bool]:
+    ) -> tuple[int, Dist | None, bool]:
         if params.greedy:
             token = int(logits.argmax())
             if self.min_confidence <= 0.0:
@@ -100,16 +100,16 @@ class ModelDrafter:
             top = float(logits[token])
             confidence = 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
             return token, None, confidence >= self.min_confidence
-        q = probabilities(logits, params)
+        q = distribution(logits, params)
         token = sample(q, rng)
         # The distribution's top probability, not the drawn token's: whether a token is kept must not
         # depend on which token was drawn, or the kept ones no longer follow q (rejection sampling).
-        return token, q, float(q.max()) >= self.min_confidence
+        return token, q, q.top() >= self.min_confidence
 
 
 def _pick_with_confidence(
     logits: npt.NDArray[np.float32], params: SamplingParams, rng: np.random.Generator
-) -> tuple[int, npt.NDArray[np.float64] | None, float]:
+) -> tuple[int, Dist | None, float]:
     # Confidence is the draft distribution's top probability, never the drawn token's: keeping a
     # sampled token depending on which token was drawn would skew what rejection sampling
     # proposes, and the output would no longer follow the target's distribution.
@@ -117,5 +117,5 @@ def _pick_with_confidence(
         token = int(logits.argmax())
         # float32 is plenty for a stopping rule and several times cheaper than float64 over the vocabulary.
         return token, None, 1.0 / float(np.exp(logits - logits[token]).sum())
-    q = probabilities(logits, params)
-    return sample(q, rng), q, float(q.max())
+    q = distribution(logits, params)
+    return sample(q, rng), q, q.top()
