@@ -161,13 +161,30 @@ def warm_up(contestants: Sequence[Contestant], prompt: BenchPrompt) -> None:
         c.ask(request_body(prompt, 8))
 
 
+# localspec applies the temperature first, then top-k, top-p and min-p (as transformers, vLLM and
+# Ollama's own sampler do); llama.cpp's default chain applies it last. Sent to llama-server so both
+# sample from one distribution.
+LOCALSPEC_SAMPLER_ORDER = ["temperature", "top_k", "top_p", "min_p"]
+
+
+def sampling_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The request's sampling settings: greedy unless --temperature is above 0."""
+    if args.temperature <= 0:
+        return {}
+    return {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p}
+
+
 def run(
-    contestants: Sequence[Contestant], prompts: Sequence[BenchPrompt], max_tokens: int, repeat: int
+    contestants: Sequence[Contestant],
+    prompts: Sequence[BenchPrompt],
+    max_tokens: int,
+    repeat: int,
+    sampling: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, list[Timed]]]:
     """{prompt: {contestant: samples}}: on each prompt, every contestant in turn, `repeat` rounds."""
     runs: dict[str, dict[str, list[Timed]]] = {}
     for prompt in prompts:
-        body = request_body(prompt, max_tokens)
+        body = request_body(prompt, max_tokens, sampling)
         samples: dict[str, list[Timed]] = {c.name: [] for c in contestants}
         for _ in range(repeat):
             for c in contestants:
@@ -297,7 +314,7 @@ def print_table(rows: Mapping[str, Any]) -> None:
         print(f"{ratio} < 0.97x on {len(under)} of {len(rows)}: {', '.join(under) or '-'}")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", type=Path, help="llama-server binary (needed unless --merge)")
     ap.add_argument("--target", type=Path, default=MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
@@ -312,10 +329,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--port", type=int, default=8990)
     ap.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--temperature", type=float, default=0.0, help="sample instead of greedy (seed 0)")
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--min-p", type=float, default=0.0)
     ap.add_argument(
         "--merge", type=Path, nargs="+", help="report the rounds of earlier runs' JSON together; run nothing"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not args.merge and args.server is None:
         ap.error("--server is required (or --merge earlier runs)")
     return args
@@ -336,6 +357,7 @@ def main() -> None:
     base = ["-m", str(args.target), "-c", str(args.ctx), "-t", str(args.threads), "-np", "1", "--no-webui"]
     servers: list[ServerProcess] = []
     contestants: list[Contestant] = []
+    sampling = sampling_of(args)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     with tempfile.TemporaryDirectory(prefix="h2h-home-") as home:
         proc, client = start_localspec(args, Path(home))
@@ -345,7 +367,8 @@ def main() -> None:
                 server = ServerProcess.start(args.server, [*base, *SPEC_TYPES[mode]], args.port + i, log)
                 servers.append(server)
                 http = httpx.Client(base_url=f"http://127.0.0.1:{server.port}")
-                contestants.append(Contestant(f"server-{mode}", http, {}, counts_end=True))
+                order = {"samplers": LOCALSPEC_SAMPLER_ORDER} if sampling else {}
+                contestants.append(Contestant(f"server-{mode}", http, order, counts_end=True))
             model = served_name(client, args.target)
             for method in LOCALSPEC_METHODS:
                 contestants.append(
@@ -354,7 +377,7 @@ def main() -> None:
                     )
                 )
             warm_up(contestants, prompts[0])
-            runs = run(contestants, prompts, args.max_tokens, max(1, args.repeat))
+            runs = run(contestants, prompts, args.max_tokens, max(1, args.repeat), sampling)
         finally:
             for server in servers:
                 server.stop()
@@ -367,6 +390,7 @@ def main() -> None:
         "target": str(args.target),
         "draft": str(args.draft),
         "max_tokens": args.max_tokens,
+        "sampling": sampling or "greedy",
         "repeat": args.repeat,
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

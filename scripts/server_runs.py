@@ -69,14 +69,18 @@ def mode_args(
     return modes
 
 
-def request_body(prompt: BenchPrompt, max_tokens: int) -> dict[str, Any]:
-    """A greedy chat request evaluated from scratch (no prompt cache), as `localspec bench` runs it."""
+def request_body(
+    prompt: BenchPrompt, max_tokens: int, sampling: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A chat request evaluated from scratch (no prompt cache), as `localspec bench` runs it: greedy,
+    unless `sampling` sets temperature, top_k, top_p or min_p (seed 0 either way)."""
     return {
         "messages": [{"role": m.role, "content": m.content} for m in prompt.messages],
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "cache_prompt": False,
         "seed": 0,
+        **(sampling or {}),
     }
 
 

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
+from localspec.engine.benchset import BenchPrompt
 from localspec.errors import UserInputError
+from localspec.types import ChatMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
@@ -27,16 +29,21 @@ def one_run(speeds: dict[str, list[float]]) -> dict[str, dict[str, list[h2h.Time
     return {"p": {c: [timed(x) for x in speeds[c]] for c in CONTESTANTS}}
 
 
-def streamed(finish: str, usage_tokens: int) -> httpx.Client:
-    """A client whose server streams three one-token chunks, as llama-server does, then its usage."""
+def reply(finish: str, usage_tokens: int) -> httpx.Response:
+    """Three one-token chunks streamed, as llama-server streams them, then the usage."""
     events: list[dict[str, Any]] = [
         {"choices": [{"delta": {"content": c}, "finish_reason": None}]} for c in "abc"
     ]
     events.append({"choices": [{"delta": {}, "finish_reason": finish}]})
     events.append({"choices": [], "usage": {"completion_tokens": usage_tokens}})
     body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-    reply = httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
-    return httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: reply))
+    return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+
+def streamed(finish: str, usage_tokens: int) -> httpx.Client:
+    """A client whose server streams `reply`."""
+    answer = reply(finish, usage_tokens)
+    return httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answer))
 
 
 def test_llama_servers_end_token_is_not_counted_as_a_streamed_token() -> None:
@@ -114,3 +121,38 @@ def test_merge_refuses_runs_of_different_prompts_in_one_line(tmp_path: Path) -> 
     (tmp_path / "bad.json").write_text(json.dumps({"nothing": 1}))
     with pytest.raises(UserInputError, match=r"cannot read .* as head_to_head JSON"):
         h2h.merge([tmp_path / "bad.json"])
+
+
+def recording() -> tuple[httpx.Client, list[dict[str, Any]]]:
+    """A server that records each request's JSON and streams one short reply."""
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return reply("stop", 4)
+
+    return httpx.Client(base_url="http://server", transport=httpx.MockTransport(answer)), seen
+
+
+def test_sampled_runs_send_one_distribution_to_both_servers() -> None:
+    args = h2h.parse_args(["--merge", "x.json", "--temperature", "0.8", "--top-k", "40", "--top-p", "0.9"])
+    sampling = h2h.sampling_of(args)
+    assert sampling == {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0}
+    server_http, to_server = recording()
+    ours_http, to_ours = recording()
+    contestants = [
+        h2h.Contestant(
+            "server-plain", server_http, {"samplers": h2h.LOCALSPEC_SAMPLER_ORDER}, counts_end=True
+        ),
+        h2h.Contestant("localspec-none", ours_http, {"speculative": {"method": "none"}}),
+    ]
+    prompt = BenchPrompt("p", "chat", (ChatMessage("user", "hi"),))
+    h2h.run(contestants, [prompt], 16, 1, sampling)
+    for body in (*to_server, *to_ours):
+        assert (body["temperature"], body["top_k"], body["top_p"], body["seed"]) == (0.8, 40, 0.9, 0)
+    # llama.cpp's default chain applies the temperature last; localspec applies it first.
+    assert to_server[0]["samplers"][0] == "temperature" and "samplers" not in to_ours[0]
+
+
+def test_greedy_is_the_default() -> None:
+    assert h2h.sampling_of(h2h.parse_args(["--merge", "x.json"])) == {}
