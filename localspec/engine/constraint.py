@@ -16,8 +16,8 @@ Building llguidance's tokenizer from the vocabulary costs ~0.9 s, once per model
 Lossless with speculation: the constraint advances only on tokens the target accepted, so at
 every verified position it masks the target's distribution in the state that position sees;
 a drafted token the grammar forbids has probability 0 there and is always rejected. The
-constraint never needs to be told about rejected tokens, and `rollback` undoes what a verify
-tentatively consumed, in step with the KV cache.
+constraint never needs to be told about rejected tokens: a verify consumes a drafted token only
+once it is judged and kept.
 """
 
 from __future__ import annotations
@@ -130,10 +130,6 @@ class Constraint:
     def accept(self, token: int) -> None:
         if not self._matcher.consume_token(token):
             raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")
-
-    def rollback(self, n: int) -> None:
-        if n > 0:
-            self._matcher.rollback(n)
 
     def forced(self) -> list[int]:
         """The tokens the grammar allows no alternative to from here (a free, almost always right draft)."""
