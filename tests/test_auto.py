@@ -528,6 +528,28 @@ def test_auto_is_token_identical_under_sampling_with_a_seed(
     draft.close()
 
 
+def test_a_seed_gives_one_text_whichever_method_decodes_it(tiny: LlamaModel) -> None:
+    # The target draws each position's token with that position's uniform; a deterministic draft is
+    # kept where it is that token. So none, n-gram lookup at a fixed k and auto (whose choices follow
+    # the clock) write the same text for a seed: a seeded request is reproducible.
+    prompt = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat. the cat"
+
+    def sampled(policy: Policy, seed: int = 5) -> Generation:
+        gen = generate(tiny, policy, prompt, params=SamplingParams(temperature=0.7, top_p=0.95, seed=seed))
+        assert gen.result is not None
+        return gen
+
+    plain = sampled(FixedPolicy(None, 0))
+    ngram = sampled(FixedPolicy(NgramDrafter(2, 8), 8))
+    auto = sampled(AutoPolicy(gpu_like_costs(), NgramDrafter(2, 8), None))
+    assert ngram.stats.accepted > 0 and auto.stats.accepted > 0  # drafts were kept, and some not:
+    assert ngram.stats.accepted < ngram.stats.drafted
+    assert plain.result is not None and ngram.result is not None and auto.result is not None
+    assert ngram.result.token_ids == plain.result.token_ids == auto.result.token_ids
+    other = sampled(FixedPolicy(None, 0), seed=6).result
+    assert other is not None and other.token_ids != plain.result.token_ids
+
+
 class _KeepIfSure:
     """A model drafter under a harsh confidence rule: keep a token only where the draft is sure."""
 

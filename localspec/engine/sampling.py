@@ -162,8 +162,12 @@ def _top_p_prefix(
 
 
 def sample(dist: Dist, rng: np.random.Generator) -> int:
-    """One draw by inverse CDF over the token ids in order (one uniform per draw, reproducible)."""
-    u = rng.random()
+    """One draw with the generator's next uniform (inverse CDF over the token ids in order)."""
+    return sample_at(dist, rng.random())
+
+
+def sample_at(dist: Dist, u: float) -> int:
+    """The token at `u` in [0, 1) of the distribution's CDF, the token ids taken in order."""
     weights = dist.weights
     n = weights.shape[0]
     if n <= 4 * BLOCK:
@@ -178,6 +182,17 @@ def sample(dist: Dist, rng: np.random.Generator) -> int:
         j = b * BLOCK + int(np.searchsorted(inner, v, side="right"))
     j = min(j, n - 1)
     return j if dist.ids is None else int(dist.ids[j])
+
+
+def position_uniform(seed: int, position: int) -> float:
+    """The uniform a seeded request draws the target's token at `position` (in the whole sequence) with.
+
+    One per position, whichever step decides it: a plain step draws the token with it, and a
+    deterministic draft's token is kept where the target's own draw is that token (probability
+    p(token), as rejection sampling keeps it). So a seed gives one text whether none, n-gram
+    lookup or auto decoded it, up to float rounding, and however auto's timing made it choose.
+    """
+    return float(np.random.default_rng((seed, position)).random())
 
 
 def greedy_accept(draft: Sequence[int], target_argmax: Sequence[int]) -> int:

@@ -17,6 +17,7 @@ lossless under it. Where the grammar leaves no choice, its forced tokens are the
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import distribution, greedy_accept, judge, sample
+from localspec.engine.sampling import distribution, greedy_accept, judge, position_uniform, sample_at
 from localspec.engine.textstream import TextStream
 from localspec.errors import ContextOverflowError, RequestCancelledError
 from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
@@ -157,7 +158,10 @@ class Generation:
         self.policy = policy
         self.constraint = constraint
         self.cancel = cancel or threading.Event()
-        self.rng = np.random.default_rng(params.seed)
+        # The target's own draws take one uniform per position from the seed (position_uniform); a
+        # draft model's draws and the rejection sampling of its tokens take this generator's.
+        self.seed = params.seed if params.seed is not None else secrets.randbits(63)
+        self.rng = np.random.default_rng(self.seed)
         self.stream = TextStream(stop, min_indent)
         # The last prompt token is always decoded again: its logits choose the first token.
         self.reuse = max(0, min(reuse, len(prompt) - 1))
@@ -190,7 +194,7 @@ class Generation:
             self.stats.ttft_s = time.perf_counter() - t0
             self._close(t0)
             return
-        first = self._pick(self._masked(self.target.logits(-1)))
+        first = self._pick(self._masked(self.target.logits(-1)), len(self.tokens))
         if self.constraint is not None:
             self.constraint.accept(first)
         yield from self._emit(_Step([first], 0), t0)
@@ -296,18 +300,23 @@ class Generation:
     def _verify_sampled(self, draft: Draft) -> _Judgement:
         # Each position's distribution is computed when its token is judged: after a rejection the
         # rest of the batch's rows are never read.
-        tokens, judged = draft.tokens, len(draft.tokens)
+        tokens, judged, base = draft.tokens, len(draft.tokens), len(self.tokens)
         for i, token in enumerate(tokens):
             if self.constraint is not None and not self.constraint.allows(token):
                 judged = i + 1  # p(token) is 0: rejected here for certain
             p = distribution(self._masked(self.target.logits(i)), self.params)
-            instead = judge(token, p, draft.probs[i], self.rng)
+            q = draft.probs[i]
+            if q is None:  # a deterministic draft: kept where it is the token the target draws here
+                drawn = sample_at(p, position_uniform(self.seed, base + i))
+                instead = None if drawn == token else drawn
+            else:
+                instead = judge(token, p, q, self.rng)
             if instead is not None:
                 return _Judgement(i, instead, judged, i, i + 1)
             if self.constraint is not None:  # the grammar follows the accepted prefix
                 self.constraint.accept(token)
         n = len(tokens)
-        return _Judgement(n, self._pick(self._masked(self.target.logits(n))), judged, n, n + 1)
+        return _Judgement(n, self._pick(self._masked(self.target.logits(n)), base + n), judged, n, n + 1)
 
     def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
         draft = batch[1:]
@@ -342,10 +351,10 @@ class Generation:
     def _masked(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         return logits if self.constraint is None else self.constraint.mask(logits)
 
-    def _pick(self, logits: npt.NDArray[np.float32]) -> int:
+    def _pick(self, logits: npt.NDArray[np.float32], position: int) -> int:
         if self.params.greedy:
             return int(logits.argmax())
-        return sample(distribution(logits, self.params), self.rng)
+        return sample_at(distribution(logits, self.params), position_uniform(self.seed, position))
 
     def _count(self, judged: int, n_acc: int) -> None:
         st = self.stats
