@@ -528,10 +528,11 @@ def test_auto_is_token_identical_under_sampling_with_a_seed(
     draft.close()
 
 
-def test_a_seed_gives_one_text_whichever_method_decodes_it(tiny: LlamaModel) -> None:
+def test_a_seed_draws_one_text_whichever_method_decodes_it(tiny: LlamaModel) -> None:
     # The target draws each position's token with that position's uniform; a deterministic draft is
-    # kept where it is that token. So none, n-gram lookup at a fixed k and auto (whose choices follow
-    # the clock) write the same text for a seed: a seeded request is reproducible.
+    # kept where it is that token. So where a verify rounds as one-token decoding (the tiny model's
+    # do), none, n-gram lookup at a fixed k and auto (whose choices follow the clock) write the same
+    # text for a seed. (On larger models a batched verify's rounding can still move a draw.)
     prompt = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat. the cat"
 
     def sampled(policy: Policy, seed: int = 5) -> Generation:

@@ -190,7 +190,8 @@ def position_uniform(seed: int, position: int) -> float:
     One per position, whichever step decides it: a plain step draws the token with it, and a
     deterministic draft's token is kept where the target's own draw is that token (probability
     p(token), as rejection sampling keeps it). So a seed gives one text whether none, n-gram
-    lookup or auto decoded it, up to float rounding, and however auto's timing made it choose.
+    lookup or auto decoded it, however auto's timing made it choose, until a batched verify's
+    rounding (a few percent of a probability on a CPU) moves a draw across a token's edge.
     """
     return float(np.random.default_rng((seed, position)).random())
 
