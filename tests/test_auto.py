@@ -45,6 +45,7 @@ from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.llama import LlamaModel
+from localspec.engine.sampling import Draws
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.worker import Engine
 from localspec.paths import Paths
@@ -272,7 +273,7 @@ def test_tokens_after_a_near_tie_are_no_evidence_against_the_draft() -> None:
     tokens = [*trace.prompt, trace.output[0]]
     drafter, k = policy.choose(speculative.StepContext(tokens, 1 << 20, 0))
     assert drafter is not None and drafter.name == "draft"
-    drafter.propose(tokens, 4, SamplingParams(), np.random.default_rng(0))
+    drafter.propose(tokens, 4, SamplingParams(), Draws(0))
     # Four drafted; a near-tie at position 1, where the draft was right, ended the step.
     policy.observe(speculative.StepOutcome("draft", k, 4, 2, 0, 0.0, 0.0, 1, 0.0, judged=2, examined=2))
     estimator = policy.acceptance["draft"]
@@ -528,12 +529,16 @@ def test_auto_is_token_identical_under_sampling_with_a_seed(
     draft.close()
 
 
-def test_a_seed_draws_one_text_whichever_method_decodes_it(tiny: LlamaModel) -> None:
-    # The target draws each position's token with that position's uniform; a deterministic draft is
-    # kept where it is that token. So where a verify rounds as one-token decoding (the tiny model's
-    # do), none, n-gram lookup at a fixed k and auto (whose choices follow the clock) write the same
-    # text for a seed. (On larger models a batched verify's rounding can still move a draw.)
+def test_a_seed_draws_one_text_whichever_method_decodes_it(
+    tiny: LlamaModel, tiny_related_draft: Path
+) -> None:
+    # The target draws each position's token with that position's uniform, a draft model its guess
+    # with the same one, and a drafted token is kept where it is the target's draw. So where a verify
+    # rounds as one-token decoding (the tiny model's do), none, n-gram lookup, a draft model and auto
+    # (whose choices follow the clock) write the same text for a seed. (On larger models a batched
+    # verify's rounding can still move a draw.)
     prompt = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat. the cat"
+    draft = LlamaModel(tiny_related_draft, TINY)
 
     def sampled(policy: Policy, seed: int = 5) -> Generation:
         gen = generate(tiny, policy, prompt, params=SamplingParams(temperature=0.7, top_p=0.95, seed=seed))
@@ -542,13 +547,15 @@ def test_a_seed_draws_one_text_whichever_method_decodes_it(tiny: LlamaModel) -> 
 
     plain = sampled(FixedPolicy(None, 0))
     ngram = sampled(FixedPolicy(NgramDrafter(2, 8), 8))
-    auto = sampled(AutoPolicy(gpu_like_costs(), NgramDrafter(2, 8), None))
-    assert ngram.stats.accepted > 0 and auto.stats.accepted > 0  # drafts were kept, and some not:
-    assert ngram.stats.accepted < ngram.stats.drafted
-    assert plain.result is not None and ngram.result is not None and auto.result is not None
-    assert ngram.result.token_ids == plain.result.token_ids == auto.result.token_ids
+    model = sampled(FixedPolicy(ModelDrafter(draft), 4))
+    auto = sampled(AutoPolicy(gpu_like_costs(), NgramDrafter(2, 8), ModelDrafter(draft)))
+    for gen in (ngram, model, auto):  # drafts were kept, and some not
+        assert gen.stats.accepted > 0 and (gen is auto or gen.stats.accepted < gen.stats.drafted)
+    texts = {gen.result.token_ids for gen in (plain, ngram, model, auto) if gen.result is not None}
+    assert len(texts) == 1
     other = sampled(FixedPolicy(None, 0), seed=6).result
-    assert other is not None and other.token_ids != plain.result.token_ids
+    assert other is not None and plain.result is not None and other.token_ids != plain.result.token_ids
+    draft.close()
 
 
 class _KeepIfSure:
@@ -562,10 +569,8 @@ class _KeepIfSure:
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         self.inner.start(prompt, fresh)
 
-    def propose(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft:
-        return self.inner.propose_while(tokens, k, params, rng, lambda i, confidence: confidence >= 0.3)
+    def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
+        return self.inner.propose_while(tokens, k, params, draws, lambda i, confidence: confidence >= 0.3)
 
 
 def test_stopping_on_confidence_keeps_sampling_lossless(tiny: LlamaModel, tiny_related_draft: Path) -> None:

@@ -18,6 +18,7 @@ from scipy import stats
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.drafters.base import Draft
 from localspec.engine.llama import LlamaModel
+from localspec.engine.sampling import Draws
 from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.engine.worker import Engine
 from localspec.errors import ContextOverflowError
@@ -320,11 +321,11 @@ class _FailingDrafter:
     def start(self, prompt: list[int], fresh: bool = True) -> None:
         self.inner.start(prompt, fresh)
 
-    def propose(self, tokens: list[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+    def propose(self, tokens: list[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         self.calls += 1
         if self.calls == 3:
             raise RuntimeError("draft model crashed")
-        return self.inner.propose(tokens, k, params, rng)
+        return self.inner.propose(tokens, k, params, draws)
 
 
 def test_draft_failing_mid_generation_falls_back_to_the_target(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.engine.sampling import Dist, distribution, greedy_accept, judge, probabilities, sample
+from localspec.engine.sampling import Dist, Draws, distribution, greedy_accept, probabilities, sample_at
 from localspec.types import SamplingParams
 
 
@@ -41,11 +39,12 @@ def test_greedy_accept_counts_the_matching_prefix() -> None:
     assert greedy_accept([], [9]) == 0
 
 
-def test_sample_is_reproducible_for_a_seed() -> None:
-    p = Dist.from_dense(np.array([0.2, 0.3, 0.5]))
-    a = [sample(p, np.random.default_rng(3)) for _ in range(5)]
-    b = [sample(p, np.random.default_rng(3)) for _ in range(5)]
-    assert a == b
+def test_a_seed_gives_each_position_its_own_uniform() -> None:
+    draws = Draws(3)
+    assert draws.at(7) == Draws(3).at(7)  # reproducible
+    assert draws.at(7) != draws.at(8) and draws.at(7) != Draws(4).at(7)
+    spread = np.array([draws.at(i) for i in range(4000)])
+    assert stats.kstest(spread, "uniform").pvalue > 1e-3
 
 
 def _reference(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -115,17 +114,7 @@ def test_a_draw_from_the_support_is_the_draw_from_the_whole_vocabulary() -> None
     cdf = np.cumsum(dense)
     for u in np.random.default_rng(6).random(500):
         want = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-        assert sample(dist, cast(np.random.Generator, _Fixed(u))) == want
-
-
-class _Fixed:
-    """A generator whose next uniform is given."""
-
-    def __init__(self, u: float) -> None:
-        self.u = u
-
-    def random(self) -> float:
-        return self.u
+        assert sample_at(dist, u) == want
 
 
 def test_a_distribution_answers_for_tokens_outside_its_support() -> None:
@@ -136,46 +125,60 @@ def test_a_distribution_answers_for_tokens_outside_its_support() -> None:
     assert np.array_equal(dist.dense(), [0.0, 0.5, 0.0, 0.25, 0.25])
 
 
-def _verify(
-    draft: list[int], q: list[Dist | None], p: list[Dist], rng: np.random.Generator
-) -> tuple[int, int]:
-    """As the engine verifies: (tokens kept, the token the target adds)."""
+def _verify(draft: list[int], p: list[Dist], draws: Draws) -> tuple[int, int]:
+    """As the engine verifies a sampled draft: (tokens kept, the token the target adds)."""
     for i, token in enumerate(draft):
-        instead = judge(token, p[i], q[i], rng)
-        if instead is not None:
-            return i, instead
-    return len(draft), sample(p[len(draft)], rng)
+        drawn = sample_at(p[i], draws.at(i))
+        if drawn != token:
+            return i, drawn
+    return len(draft), sample_at(p[len(draft)], draws.at(len(draft)))
 
 
-def _verify_many(p: list[np.ndarray], q: np.ndarray | None, n: int, seed: int) -> np.ndarray:
-    """Draw n one-token drafts from q (or the point mass at token 0) and return the first output token."""
-    rng = np.random.default_rng(seed)
+def _first_tokens(p: list[np.ndarray], q: np.ndarray | None, n: int) -> tuple[np.ndarray, float]:
+    """n requests (seeds) with a one-token draft from q drawn with the position's uniform, or the
+    point mass at token 0: the first output token of each, and how often the draft was kept."""
     rows = [Dist.from_dense(row) for row in p]
     q_dist = None if q is None else Dist.from_dense(q)
     out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        drafted = 0 if q_dist is None else sample(q_dist, rng)
-        kept, token = _verify([drafted], [q_dist], rows, rng)
-        out[i] = drafted if kept == 1 else token
-    return out
+    kept_count = 0
+    for seed in range(n):
+        draws = Draws(seed)
+        drafted = 0 if q_dist is None else sample_at(q_dist, draws.at(0))
+        kept, token = _verify([drafted], rows, draws)
+        out[seed] = drafted if kept == 1 else token
+        kept_count += kept
+    return out, kept_count / n
 
 
 @pytest.mark.parametrize("q", [np.array([0.7, 0.1, 0.1, 0.1]), np.array([0.05, 0.05, 0.1, 0.8]), None])
-def test_rejection_sampling_output_follows_the_target(q: np.ndarray | None) -> None:
+def test_sampled_verification_output_follows_the_target(q: np.ndarray | None) -> None:
     p = [np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.25, 0.25, 0.25, 0.25])]
     n = 20_000
-    counts = np.bincount(_verify_many(p, q, n, seed=11), minlength=4)
-    result = stats.chisquare(counts, p[0] * n)
-    assert result.pvalue > 1e-3, (counts, result)
+    tokens, kept = _first_tokens(p, q, n)
+    result = stats.chisquare(np.bincount(tokens, minlength=4), p[0] * n)
+    assert result.pvalue > 1e-3, result
+    # A point mass is kept with probability p(token), as rejection sampling keeps it; a draft drawn
+    # with the same uniform, where both draws land on one token: their intervals' overlap in the CDFs.
+    if q is None:
+        expected = p[0][0]
+    else:
+        hi, lo = (
+            np.minimum(np.cumsum(p[0]), np.cumsum(q)),
+            np.maximum(np.cumsum(p[0]) - p[0], np.cumsum(q) - q),
+        )
+        expected = float(np.clip(hi - lo, 0.0, None).sum())
+    assert kept == pytest.approx(expected, abs=0.01)
 
 
-def test_rejection_sampling_with_equal_distributions_accepts_everything() -> None:
+def test_a_draft_drawn_from_the_targets_own_distribution_is_always_kept() -> None:
     p = Dist.from_dense(np.array([0.5, 0.5]))
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        assert _verify([1, 0], [p, p], [p, p, p], rng)[0] == 2
+    for seed in range(200):
+        draws = Draws(seed)
+        draft = [sample_at(p, draws.at(0)), sample_at(p, draws.at(1))]
+        assert _verify(draft, [p, p, p], draws)[0] == 2
 
 
-def test_a_token_the_target_cannot_produce_is_always_rejected() -> None:
+def test_a_token_the_target_cannot_produce_is_never_kept() -> None:
     p = [Dist.from_dense(np.array([0.0, 1.0])), Dist.from_dense(np.array([0.5, 0.5]))]
-    assert _verify([0], [None], p, np.random.default_rng(0)) == (0, 1)
+    for seed in range(50):
+        assert _verify([0], p, Draws(seed)) == (0, 1)

@@ -39,10 +39,9 @@ from localspec.auto.costmodel import (
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from localspec.engine.drafters.base import Draft, KeepFn
     from localspec.engine.drafters.ngram import NgramDrafter
+    from localspec.engine.sampling import Draws
     from localspec.engine.speculative import StepContext, StepOutcome
     from localspec.types import SamplingParams
 
@@ -85,7 +84,7 @@ class ModelDraft(Protocol):
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None: ...
 
     def propose_while(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, keep: KeepFn
+        self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws, keep: KeepFn
     ) -> Draft: ...
 
     def lag(self, tokens: Sequence[int]) -> int: ...
@@ -442,13 +441,11 @@ class _StoppingDrafter:
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         self.inner.start(prompt, fresh)
 
-    def propose(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft:
+    def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         if self._step is not None:
             # Measured now, after start(): a first use feeds the whole prompt, not the lag planned with.
             self._step.lag = self.inner.lag(tokens)
-        return self.inner.propose_while(tokens, k, params, rng, self._keep)
+        return self.inner.propose_while(tokens, k, params, draws, self._keep)
 
     def _keep(self, i: int, confidence: float) -> bool:
         assert self._stop is not None and self._step is not None

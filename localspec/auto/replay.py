@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from localspec.auto.costmodel import Curve
 from localspec.engine.drafters.base import Draft, Drafter, KeepFn, common_prefix
+from localspec.engine.sampling import Draws
 from localspec.engine.speculative import NEAR_TIE, Policy, StepContext, StepOutcome
 from localspec.types import SamplingParams
 
@@ -139,13 +138,11 @@ class TraceDrafter:
     def lag(self, tokens: Sequence[int]) -> int:
         return max(1, len(tokens) - common_prefix(self._seen, tokens))
 
-    def propose(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft:
+    def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         return self._propose(tokens, k, None)
 
     def propose_while(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, keep: KeepFn
+        self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws, keep: KeepFn
     ) -> Draft:
         return self._propose(tokens, k, keep)
 
@@ -166,7 +163,6 @@ class TraceDrafter:
                 break
             on_path = on_path and guess == trace.output[at + j]
             draft.tokens.append(guess)
-            draft.probs.append(None)
             feed = [guess]
         return draft
 
@@ -265,4 +261,4 @@ def _draft(
     if id(drafter) not in started:
         drafter.start(prompt)
         started.add(id(drafter))
-    return drafter.propose(tokens, k, _GREEDY, np.random.default_rng(0))
+    return drafter.propose(tokens, k, _GREEDY, Draws(0))

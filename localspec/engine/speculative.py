@@ -3,7 +3,8 @@
 Every method runs through this loop; `none` is simply a step that drafts nothing,
 so the baseline and the speculative methods share one code path and one set of
 stop rules. Lossless by construction: greedy keeps only tokens that equal the
-target's argmax, sampling uses rejection sampling (localspec.sampling).
+target's argmax, sampling keeps only tokens that equal the target's own draws
+(localspec.engine.sampling.Draws).
 
 Float rounding in llama.cpp depends on the batch size, so a batched verify can
 flip an argmax where the top two logits nearly tie. Where the verify shows such
@@ -30,7 +31,7 @@ import numpy.typing as npt
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import distribution, greedy_accept, judge, position_uniform, sample_at
+from localspec.engine.sampling import Draws, distribution, greedy_accept, sample_at
 from localspec.engine.textstream import TextStream
 from localspec.errors import ContextOverflowError, RequestCancelledError
 from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
@@ -158,10 +159,8 @@ class Generation:
         self.policy = policy
         self.constraint = constraint
         self.cancel = cancel or threading.Event()
-        # The target's own draws take one uniform per position from the seed (position_uniform); a
-        # draft model's draws and the rejection sampling of its tokens take this generator's.
-        self.seed = params.seed if params.seed is not None else secrets.randbits(63)
-        self.rng = np.random.default_rng(self.seed)
+        # One uniform per position, from the seed: the target's draw and a draft model's guess there.
+        self.draws = Draws(params.seed if params.seed is not None else secrets.randbits(63))
         self.stream = TextStream(stop, min_indent)
         # The last prompt token is always decoded again: its logits choose the first token.
         self.reuse = max(0, min(reuse, len(prompt) - 1))
@@ -255,14 +254,14 @@ class Generation:
         self.stats.steps += 1
         self.stats.method_steps["grammar"] = self.stats.method_steps.get("grammar", 0) + 1
         self._drafted_total += len(forced)
-        return self._verify(Draft(forced, [None] * len(forced)))
+        return self._verify(Draft(forced))
 
     def _draft(self, drafter: Drafter, k: int) -> Draft:
         if id(drafter) not in self._drafters_started:
             drafter.start(self.prompt, fresh=not self.reuse)
             self._drafters_started.add(id(drafter))
         try:
-            draft = drafter.propose(self.tokens, k, self.params, self.rng)
+            draft = drafter.propose(self.tokens, k, self.params, self.draws)
         except Exception as exc:  # a failing draft must never lose the request
             self.stats.fallback_reason = f"{drafter.name} failed: {exc}"
             self.policy = FixedPolicy(None, 0)
@@ -271,15 +270,11 @@ class Generation:
         return self._within_grammar(draft)
 
     def _within_grammar(self, draft: Draft) -> Draft:
-        """Cut a draft at its first token the grammar forbids: the verify would reject it anyway.
-
-        Only where that leaves the output's distribution alone: greedy, or a deterministic draft
-        (a sampled draft's rejection draws from max(0, p - q), which the cut would skip)."""
-        if self.constraint is None or not (self.params.greedy or all(q is None for q in draft.probs)):
+        """Cut a draft at its first token the grammar forbids: the verify would reject it anyway
+        (the target's draw there is never that token), so the output is the same without it."""
+        if self.constraint is None:
             return draft
-        n = self.constraint.valid_prefix(draft.tokens)
-        if n < len(draft.tokens):
-            draft.tokens, draft.probs = draft.tokens[:n], draft.probs[:n]
+        draft.tokens = draft.tokens[: self.constraint.valid_prefix(draft.tokens)]
         return draft
 
     # --- verification -----------------------------------------------------------
@@ -304,15 +299,10 @@ class Generation:
         for i, token in enumerate(tokens):
             if self.constraint is not None and not self.constraint.allows(token):
                 judged = i + 1  # p(token) is 0: rejected here for certain
-            p = distribution(self._masked(self.target.logits(i)), self.params)
-            q = draft.probs[i]
-            if q is None:  # a deterministic draft: kept where it is the token the target draws here
-                drawn = sample_at(p, position_uniform(self.seed, base + i))
-                instead = None if drawn == token else drawn
-            else:
-                instead = judge(token, p, q, self.rng)
-            if instead is not None:
-                return _Judgement(i, instead, judged, i, i + 1)
+            # Kept where it is the token the target draws here (Draws: exactly the target's samples).
+            drawn = self._pick(self._masked(self.target.logits(i)), base + i)
+            if drawn != token:
+                return _Judgement(i, drawn, judged, i, i + 1)
             if self.constraint is not None:  # the grammar follows the accepted prefix
                 self.constraint.accept(token)
         n = len(tokens)
@@ -354,7 +344,7 @@ class Generation:
     def _pick(self, logits: npt.NDArray[np.float32], position: int) -> int:
         if self.params.greedy:
             return int(logits.argmax())
-        return sample_at(distribution(logits, self.params), position_uniform(self.seed, position))
+        return sample_at(distribution(logits, self.params), self.draws.at(position))
 
     def _count(self, judged: int, n_acc: int) -> None:
         st = self.stats

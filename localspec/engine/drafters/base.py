@@ -1,8 +1,9 @@
 """The drafter seam: what every drafter proposes, and the few helpers they share.
 
 The seam is small on purpose (as llama-cpp-python's `LlamaDraftModel`): given the
-accepted tokens so far, return up to k token ids and, for sampled drafts, the
-distribution each was drawn from. A drafter never touches the target's state.
+accepted tokens so far, return up to k token ids (a sampled draft draws the token
+for each position with the request's uniform there, `Draws`). A drafter never
+touches the target's state.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
-
-from localspec.engine.sampling import Dist
+from localspec.engine.sampling import Draws
 from localspec.types import SamplingParams
 
 KeepFn = Callable[[int, float], bool]
@@ -21,10 +20,9 @@ KeepFn = Callable[[int, float], bool]
 
 @dataclass
 class Draft:
-    """Proposed tokens; `probs[i]` is q for token i (None: a deterministic proposal)."""
+    """Proposed tokens, the seconds drafting them took, and the match length behind them (n-gram)."""
 
     tokens: list[int] = field(default_factory=list)
-    probs: list[Dist | None] = field(default_factory=list)
     seconds: float = 0.0
     evidence: int = 0
 
@@ -39,9 +37,7 @@ class Drafter(Protocol):
         KV cache) `propose` finds what the drafter's state shares with the new tokens.
         """
 
-    def propose(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft:
+    def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         """Up to k tokens to follow `tokens` (every accepted token, the last one included)."""
         ...
 

@@ -9,7 +9,7 @@ import numpy.typing as npt
 
 from localspec.engine.drafters.base import Draft, KeepFn, common_prefix
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import Dist, distribution, sample
+from localspec.engine.sampling import Draws, distribution, sample_at
 from localspec.types import SamplingParams
 
 
@@ -31,17 +31,15 @@ class ModelDrafter:
             self.model.reset()
             self._seen = []
 
-    def propose(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft:
-        return self._propose(tokens, k, params, rng, None)
+    def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
+        return self._propose(tokens, k, params, draws, None)
 
     def propose_while(
         self,
         tokens: Sequence[int],
         k: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        draws: Draws,
         keep: KeepFn,
     ) -> Draft:
         """As `propose`, but `keep(i, confidence)` decides whether the i-th drafted token is kept.
@@ -50,7 +48,7 @@ class ModelDrafter:
         the top probability of the draft's distribution there (its greedy token's), so the caller
         can stop where a verify stops paying, without looking at which token a sample drew.
         """
-        return self._propose(tokens, k, params, rng, keep)
+        return self._propose(tokens, k, params, draws, keep)
 
     def lag(self, tokens: Sequence[int]) -> int:
         """How many tokens the next proposal must feed before its first draft (its catch-up)."""
@@ -61,7 +59,7 @@ class ModelDrafter:
         tokens: Sequence[int],
         k: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        draws: Draws,
         keep: KeepFn | None,
     ) -> Draft:
         draft = Draft()
@@ -78,44 +76,40 @@ class ModelDrafter:
             draft.seconds += self.model.decode(feed, 1)
             self._seen.extend(feed)
             logits = self.model.logits(-1)
+            # The target's uniform at this position: both draw it, so the draft guesses the target's draw.
+            u = 0.0 if params.greedy else draws.at(len(tokens) + len(draft.tokens))
             if keep is None:
-                token, q, confident = self._choose(logits, params, rng)
+                token, confident = self._choose(logits, params, u)
             else:
-                token, q, confidence = _pick_with_confidence(logits, params, rng)
+                token, confidence = _pick_with_confidence(logits, params, u)
                 confident = keep(len(draft.tokens), confidence)
             if not confident:
                 break
             draft.tokens.append(token)
-            draft.probs.append(q)
             feed = [token]
         return draft
 
-    def _choose(
-        self, logits: npt.NDArray[np.float32], params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[int, Dist | None, bool]:
+    def _choose(self, logits: npt.NDArray[np.float32], params: SamplingParams, u: float) -> tuple[int, bool]:
         if params.greedy:
             token = int(logits.argmax())
             if self.min_confidence <= 0.0:
-                return token, None, True
+                return token, True
             top = float(logits[token])
             confidence = 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
-            return token, None, confidence >= self.min_confidence
+            return token, confidence >= self.min_confidence
         q = distribution(logits, params)
-        token = sample(q, rng)
-        # The distribution's top probability, not the drawn token's: whether a token is kept must not
-        # depend on which token was drawn, or the kept ones no longer follow q (rejection sampling).
-        return token, q, q.top() >= self.min_confidence
+        # The distribution's top probability, not the drawn token's: how far a draft goes should
+        # follow how sure the draft is, not which token one uniform happened to land on.
+        return sample_at(q, u), q.top() >= self.min_confidence
 
 
 def _pick_with_confidence(
-    logits: npt.NDArray[np.float32], params: SamplingParams, rng: np.random.Generator
-) -> tuple[int, Dist | None, float]:
-    # Confidence is the draft distribution's top probability, never the drawn token's: keeping a
-    # sampled token depending on which token was drawn would skew what rejection sampling
-    # proposes, and the output would no longer follow the target's distribution.
+    logits: npt.NDArray[np.float32], params: SamplingParams, u: float
+) -> tuple[int, float]:
+    # Confidence is the draft distribution's top probability, not the drawn token's (see _choose).
     if params.greedy:
         token = int(logits.argmax())
         # float32 is plenty for a stopping rule and several times cheaper than float64 over the vocabulary.
-        return token, None, 1.0 / float(np.exp(logits - logits[token]).sum())
+        return token, 1.0 / float(np.exp(logits - logits[token]).sum())
     q = distribution(logits, params)
-    return sample(q, rng), q, q.top()
+    return sample_at(q, u), q.top()

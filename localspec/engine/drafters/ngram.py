@@ -14,10 +14,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.cursor import CopyCursor
+from localspec.engine.sampling import Draws
 from localspec.types import SamplingParams
 
 
@@ -200,11 +199,9 @@ class NgramDrafter:
         self._prompt_len = len(prompt)
         self._cursor.start(len(prompt))
 
-    def propose(
-        self, tokens: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft:
+    def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         match = self.peek(tokens, k)
-        return Draft(match.tokens, [None] * len(match.tokens), evidence=match.match_len)
+        return Draft(match.tokens, evidence=match.match_len)
 
     def peek(self, tokens: Sequence[int], k: int) -> NgramMatch:
         """What `propose` would draft now (the same tokens, as a prefix for a smaller k), at no cost.
