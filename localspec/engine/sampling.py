@@ -173,7 +173,8 @@ def sample_at(dist: Dist, u: float) -> int:
         b = min(int(np.searchsorted(block_cdf, v, side="right")), block_cdf.shape[0] - 1)
         before = float(block_cdf[b - 1]) if b else 0.0
         inner = before + np.cumsum(weights[b * BLOCK : (b + 1) * BLOCK], dtype=np.float64)
-        j = b * BLOCK + int(np.searchsorted(inner, v, side="right"))
+        # Within the block even where its sums round a hair apart from the blocks' total.
+        j = b * BLOCK + min(int(np.searchsorted(inner, v, side="right")), inner.shape[0] - 1)
     j = min(j, n - 1)
     return j if dist.ids is None else int(dist.ids[j])
 
