@@ -62,19 +62,6 @@ class Dist:
     def top(self) -> float:
         return float(self.weights.max()) / self.total
 
-    def prob(self, token: int) -> float:
-        if self.ids is None:
-            return float(self.weights[token]) / self.total
-        j = int(np.searchsorted(self.ids, token))
-        return float(self.weights[j]) / self.total if j < self.ids.shape[0] and self.ids[j] == token else 0.0
-
-    def probs_of(self, tokens: IdArray) -> npt.NDArray[np.float64]:
-        """Each token's probability (0 outside the support)."""
-        if self.ids is None:
-            return np.asarray(self.weights[tokens], dtype=np.float64) / self.total
-        j = np.minimum(np.searchsorted(self.ids, tokens), self.ids.shape[0] - 1)
-        return np.where(self.ids[j] == tokens, self.weights[j] / self.total, 0.0)
-
 
 def distribution(logits: FloatArray, params: SamplingParams) -> Dist:
     """The distribution the target samples from."""

@@ -97,16 +97,15 @@ class ModelDrafter:
             top = float(logits[token])
             confidence = 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
             return token, confidence >= self.min_confidence
-        q = distribution(logits, params)
-        # The distribution's top probability, not the drawn token's: how far a draft goes should
-        # follow how sure the draft is, not which token one uniform happened to land on.
-        return sample_at(q, u), q.top() >= self.min_confidence
+        token, confidence = _pick_with_confidence(logits, params, u)
+        return token, confidence >= self.min_confidence
 
 
 def _pick_with_confidence(
     logits: npt.NDArray[np.float32], params: SamplingParams, u: float
 ) -> tuple[int, float]:
-    # Confidence is the draft distribution's top probability, not the drawn token's (see _choose).
+    # Confidence is the distribution's top probability, not the drawn token's: how far a draft goes
+    # should follow how sure the draft is, not which token one uniform happened to land on.
     if params.greedy:
         token = int(logits.argmax())
         # float32 is plenty for a stopping rule and several times cheaper than float64 over the vocabulary.
