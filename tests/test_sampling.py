@@ -45,6 +45,9 @@ def test_a_seed_gives_each_position_its_own_uniform() -> None:
     assert draws.at(7) != draws.at(8) and draws.at(7) != Draws(4).at(7)
     spread = np.array([draws.at(i) for i in range(4000)])
     assert stats.kstest(spread, "uniform").pvalue > 1e-3
+    assert abs(np.corrcoef(spread[:-1], spread[1:])[0, 1]) < 0.06  # neighbours independent
+    seeds = np.array([Draws(seed).at(0) for seed in range(4000)])  # and one position across seeds
+    assert stats.kstest(seeds, "uniform").pvalue > 1e-3
 
 
 def _reference(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -106,6 +109,16 @@ def test_the_fast_distribution_keeps_the_definitions_tokens_and_mass(
     )  # the same kept set, ties and all
     assert np.allclose(got.dense(), want, rtol=1e-5, atol=1e-12)  # float32 over the vocabulary
     assert got.dense().sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kind", ["peaked", "flat", "ties", "masked"])
+def test_the_kept_set_holds_where_the_vocabulary_is_not_a_whole_number_of_blocks(kind: str) -> None:
+    # Top-k and top-p look at strided blocks of the vocabulary first; 100,003 tokens leave a tail.
+    logits = _logits(kind, np.random.default_rng(11), size=100_003)
+    logits[-1] = logits.max() + 1.0  # the most probable token in the tail past the last block
+    for params in (SamplingParams(temperature=0.8, top_k=40), SamplingParams(temperature=0.7, top_p=0.95)):
+        want = _reference(logits, params)
+        assert np.array_equal(np.flatnonzero(distribution(logits, params).dense()), np.flatnonzero(want))
 
 
 def test_a_draw_from_the_support_is_the_draw_from_the_whole_vocabulary() -> None:

@@ -31,6 +31,8 @@ IdArray = npt.NDArray[np.intp]
 
 # How many of the most probable tokens top-p sorts first; each time their mass falls short, 8x more.
 TOP_P_FIRST = 64
+# A top-k or top-p selection looks at the blocks of this many tokens that hold the largest logits.
+NEAR = 64
 # A draw over the whole vocabulary finds its block of this many tokens first, then the token in it.
 BLOCK = 1024
 
@@ -39,12 +41,15 @@ BLOCK = 1024
 class Dist:
     """A distribution over a vocabulary of `size` tokens: token ids[j] has weights[j] / total.
 
-    `ids` ascend; None stands for the whole vocabulary (weights[token] is the token's own)."""
+    `ids` ascend; None stands for the whole vocabulary (weights[token] is the token's own).
+    `blocks`, where given, is the cumulative sum of the weights by blocks of BLOCK (its last is the
+    total): a draw over the whole vocabulary reads it instead of passing over the weights again."""
 
     ids: IdArray | None
     weights: FloatArray
     total: float
     size: int
+    blocks: npt.NDArray[np.float64] | None = None
 
     @classmethod
     def from_dense(cls, probs: FloatArray) -> Dist:
@@ -74,10 +79,10 @@ def distribution(logits: FloatArray, params: SamplingParams) -> Dist:
         weights = x - np.float32(top)
         weights *= np.float32(inv_t)
         np.exp(weights, out=weights)
-        return Dist(None, weights, float(weights.sum(dtype=np.float64)), size)
+        blocks = _block_cdf(weights)
+        return Dist(None, weights, float(blocks[-1]), size, blocks)
     if top_k:
-        # Ties with the k-th logit are kept, as a threshold keeps them.
-        ids = np.flatnonzero(x >= np.partition(x, size - top_k)[size - top_k])
+        ids = _at_least(x, top_k)
         probs = _normalised(x[ids], top, inv_t)
         if params.top_p < 1.0:
             ids, probs = _top_p_of(ids, probs, np.asarray(x[ids]), params.top_p)
@@ -116,13 +121,33 @@ def _top_p(x: FloatArray, top: float, inv_t: float, top_p: float) -> tuple[IdArr
     total = float(np.exp(scaled, out=scaled).sum(dtype=np.float64))
     m = min(n, TOP_P_FIRST)
     while True:
-        # Every token whose logit is at least the m-th largest, ties included.
-        ids = np.arange(n) if m >= n else np.flatnonzero(x >= np.partition(x, n - m)[n - m])
+        ids = _at_least(x, m)
         probs = np.exp((np.asarray(x[ids], dtype=np.float64) - top) * inv_t) / total
         kept = _top_p_prefix(probs, np.asarray(x[ids]), top_p, whole=m >= n)
         if kept is not None:
             return ids[kept], _renormalised(probs[kept])
         m *= 8
+
+
+def _at_least(x: FloatArray, m: int) -> IdArray:
+    """Every token whose logit is at least the m-th largest, ties included (as a threshold keeps them).
+
+    A selection over the whole vocabulary copies it (600 KB) a token: the selection runs over the
+    blocks (every blocks-th token, NEAR of them) whose maximum is among the m largest maxima. The
+    m-th largest logit is at least the m-th largest maximum, so every token it keeps lies in those
+    blocks. Strided blocks make the maxima an elementwise max of NEAR contiguous rows."""
+    n = x.shape[0]
+    blocks = n // NEAR
+    if m >= n or 4 * m > blocks:
+        return np.arange(n) if m >= n else np.flatnonzero(x >= np.partition(x, n - m)[n - m])
+    maxima = x[: blocks * NEAR].reshape(NEAR, blocks).max(axis=0)
+    near = np.flatnonzero(maxima >= np.partition(maxima, blocks - m)[blocks - m])
+    ids = (np.arange(NEAR)[:, None] * blocks + near).ravel()
+    if blocks * NEAR < n:  # the tokens past the last whole block: every one looked at
+        ids = np.concatenate([ids, np.arange(blocks * NEAR, n)])
+    kept = x[ids]
+    count = kept.shape[0]
+    return np.sort(ids[kept >= np.partition(kept, count - m)[count - m]])
 
 
 def _top_p_of(
@@ -155,7 +180,7 @@ def sample_at(dist: Dist, u: float) -> int:
         cdf = np.cumsum(weights, dtype=np.float64)
         j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
     else:  # a cumulative sum over 152k tokens costs 1 ms: find the block, then the token in it
-        block_cdf = np.cumsum(np.add.reduceat(weights, np.arange(0, n, BLOCK), dtype=np.float64))
+        block_cdf = _block_cdf(weights) if dist.blocks is None else dist.blocks
         v = u * block_cdf[-1]
         b = min(int(np.searchsorted(block_cdf, v, side="right")), block_cdf.shape[0] - 1)
         before = float(block_cdf[b - 1]) if b else 0.0
@@ -164,6 +189,10 @@ def sample_at(dist: Dist, u: float) -> int:
         j = b * BLOCK + min(int(np.searchsorted(inner, v, side="right")), inner.shape[0] - 1)
     j = min(j, n - 1)
     return j if dist.ids is None else int(dist.ids[j])
+
+
+def _block_cdf(weights: FloatArray) -> npt.NDArray[np.float64]:
+    return np.cumsum(np.add.reduceat(weights, np.arange(0, weights.shape[0], BLOCK), dtype=np.float64))
 
 
 class Draws:
@@ -182,9 +211,24 @@ class Draws:
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
+        self._key = _mix(seed & _MASK64)
 
     def at(self, position: int) -> float:
-        return float(np.random.default_rng((self.seed, position)).random())
+        # A counter-based generator (SplitMix64's finaliser over the seed's key and the position):
+        # a few integer operations, where a numpy Generator per position cost 90 us a token between
+        # decodes.
+        return (_mix((self._key + position * _GOLDEN) & _MASK64) >> 11) * 2.0**-53
+
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    """SplitMix64's finaliser: every bit of the 64-bit input moves about half the output's bits."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
 
 
 def greedy_accept(draft: Sequence[int], target_argmax: Sequence[int]) -> int:
