@@ -47,14 +47,30 @@ def test_a_rename_made_twice_is_drafted_from_then_on() -> None:
     assert cursor.draft(tokens, 7) == renamed(src[17:24])
 
 
-def test_an_edit_the_reply_does_not_repeat_is_forgotten() -> None:
+def test_an_edit_the_reply_does_not_repeat_is_not_drafted_and_the_copy_is_followed_through_it() -> None:
     src = source()
-    # A one-off fix: LO becomes LOW on the first line only; the second line copies LO unchanged.
+    # A one-off fix: LO becomes LOW on the first line only; the next lines copy LO unchanged.
     reply = [*renamed(src[:2]), *src[2:16]]
+    cursor = CopyCursor()
+    cursor.start(len(src))
+    cursor.anchor(0, 8)
+    for end in range(len(src) + 1, len(src) + len(reply) + 1):  # token by token, as a reply comes
+        cursor.feed([*src, *reply][:end])
+        if end >= len(src) + 2 + RESYNC:  # back on the copy after the fix, the edit learned
+            assert cursor.following  # and never lost again at an old LO
+    assert (LO,) not in cursor.confirmed
+    assert cursor.draft([*src, *reply], 3) == src[16:19]
+
+
+def test_a_rename_left_undone_once_is_drafted_again_once_the_reply_makes_it_again() -> None:
+    src = source()
+    # LO renamed on the first line, left as it was on the second (a model's slip), renamed on the
+    # third and fourth: the cursor stays on the copy, and the fourth line's LO is drafted renamed
+    # after the third confirmed it again.
+    reply = [*renamed(src[:8]), *src[8:16], *renamed(src[16:24]), *renamed(src[24:25])]
     cursor, tokens = follow(src, reply)
-    assert (LO,) not in cursor.edits
-    assert cursor.following
-    assert cursor.draft(tokens, 3) == src[16:19]
+    assert cursor.following and (LO,) in cursor.confirmed
+    assert cursor.draft(tokens, 4) == renamed(src[25:29])
 
 
 def test_a_long_insertion_is_followed_past_but_not_learned() -> None:

@@ -8,9 +8,10 @@ comes back (a few tokens later, a few tokens on), and learns the edit in between
 tokens and what the reply wrote instead. An edit the reply makes a second time is confirmed,
 and drafts apply it from then on: the third `lo` is drafted as `low`, and every one after.
 Until then drafts copy the old tokens, as the lookup would: in prose most "edits" are a
-sentence going its own way, and a draft through one is a verify thrown away. An edit that
-the reply does not repeat (a one-off bug fix) is forgotten the first time the reply copies
-the old tokens unchanged.
+sentence going its own way, and a draft through one is a verify thrown away. Where the reply
+copies an edit's old tokens unchanged (a one-off bug fix, or a rename the model once leaves
+undone) the cursor follows the copy on, and drafts stop applying that edit until the reply
+makes it again.
 
 Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
 """
@@ -119,6 +120,14 @@ class CopyCursor:
             self.pos, self._pending = expected.pos, expected.pending
             self._edit_at, self._edit_out = expected.edit_at, expected.edit_out
             self.confirmed.update(expected.used)
+            self.run += 1
+            return
+        if expected.used and self.pos < q and tokens[q] == tokens[self.pos]:
+            # The reply copied the old tokens where a learned edit would change them: still the
+            # copy. The edit is not (or no longer) made everywhere, so drafts stop applying it
+            # until the reply makes it again (a rename a model once leaves undone stays learned).
+            self.confirmed.difference_update(expected.used)
+            self.pos += 1
             self.run += 1
             return
         # Left the copy: measured from before the edit being written, if one was.
