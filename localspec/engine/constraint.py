@@ -120,9 +120,6 @@ class Constraint:
         """A copy of `logits` with every token the grammar forbids next at -inf."""
         return np.where(self.allowed(), logits, np.float32(-np.inf)).astype(np.float32, copy=False)
 
-    def allows(self, token: int) -> bool:
-        return bool(self._matcher.validate_tokens([token]) == 1)
-
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, the grammar would take now (nothing is consumed)."""
         return int(self._matcher.validate_tokens(list(tokens))) if tokens else 0

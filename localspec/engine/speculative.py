@@ -294,19 +294,18 @@ class Generation:
 
     def _verify_sampled(self, draft: Draft) -> _Judgement:
         # Each position's distribution is computed when its token is judged: after a rejection the
-        # rest of the batch's rows are never read.
-        tokens, judged, base = draft.tokens, len(draft.tokens), len(self.tokens)
+        # rest of the batch's rows are never read. Every drafted token is one the grammar allows
+        # (_within_grammar cut the draft; forced tokens are the grammar's own), as in greedy.
+        tokens, base = draft.tokens, len(self.tokens)
         for i, token in enumerate(tokens):
-            if self.constraint is not None and not self.constraint.allows(token):
-                judged = i + 1  # p(token) is 0: rejected here for certain
             # Kept where it is the token the target draws here (Draws: exactly the target's samples).
             drawn = self._pick(self._masked(self.target.logits(i)), base + i)
             if drawn != token:
-                return _Judgement(i, drawn, judged, i, i + 1)
+                return _Judgement(i, drawn, len(tokens), i, i + 1)
             if self.constraint is not None:  # the grammar follows the accepted prefix
                 self.constraint.accept(token)
         n = len(tokens)
-        return _Judgement(n, self._pick(self._masked(self.target.logits(n)), base + n), judged, n, n + 1)
+        return _Judgement(n, self._pick(self._masked(self.target.logits(n)), base + n), n, n, n + 1)
 
     def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
         draft = batch[1:]
