@@ -90,13 +90,8 @@ class ModelDrafter:
         return draft
 
     def _choose(self, logits: npt.NDArray[np.float32], params: SamplingParams, u: float) -> tuple[int, bool]:
-        if params.greedy:
-            token = int(logits.argmax())
-            if self.min_confidence <= 0.0:
-                return token, True
-            top = float(logits[token])
-            confidence = 1.0 / float(np.exp(logits.astype(np.float64) - top).sum())
-            return token, confidence >= self.min_confidence
+        if params.greedy and self.min_confidence <= 0.0:
+            return int(logits.argmax()), True  # no floor: the confidence is never read
         token, confidence = _pick_with_confidence(logits, params, u)
         return token, confidence >= self.min_confidence
 
