@@ -73,6 +73,41 @@ def test_a_rename_left_undone_once_is_drafted_again_once_the_reply_makes_it_agai
     assert cursor.draft(tokens, 4) == renamed(src[25:29])
 
 
+def test_a_confirmed_rename_left_undone_ends_drafts_where_it_applies_until_made_again() -> None:
+    src = source()
+    # Both names renamed on two lines (confirmed), left as they were on the third (a model's slip):
+    # on the fourth line it may go either way, so the draft ends before each name, where the target
+    # decides; renamed again, each name is drafted renamed again.
+    slipped = [*renamed(src[:16]), *src[16:24], src[24]]
+    cursor, tokens = follow(src, slipped)
+    assert cursor.following and cursor.doubtful == {(LO,), (HI,)} and not cursor.confirmed
+    assert cursor.draft(tokens, 7) == [] and cursor.held
+    cursor, tokens = follow(src, [*slipped, LOW, src[26], src[27]])
+    assert cursor.draft(tokens, 7) == [] and cursor.held  # HI next: still in doubt
+    cursor, tokens = follow(src, [*slipped, *renamed(src[25:29])])
+    assert cursor.draft(tokens, 10) == renamed(src[29:39]) and not cursor.held
+    # A slip of an edit made only once (a one-off fix, test above) puts nothing in doubt.
+    once, _ = follow(src, [*renamed(src[:8]), *src[8:16]])
+    assert not once.doubtful
+
+
+def test_the_ngram_drafter_drafts_nothing_at_a_rename_in_doubt() -> None:
+    # The lookup alone would draft the old name there (the copy's next tokens): a verify lost at
+    # its first token, and every position past it.
+    header = list(range(50, 60))
+    src = [*header, *source(6)]
+    prompt = [7, 7, *src, 8]
+    reply = [*header, *renamed(src[10:26]), *src[26:34], src[34]]
+    drafter = NgramDrafter()
+    drafter.start(prompt)
+    tokens = [*prompt, *reply]
+    for end in range(len(prompt) + 1, len(tokens) + 1):  # as the reply comes, token by token
+        drafter.peek(tokens[:end], 8)
+    assert src[35] == LO and drafter.peek(tokens, 8).tokens == []
+    # Renamed there: followed on, up to HI, in doubt too.
+    assert drafter.peek([*tokens, LOW], 8).tokens == src[36:38]
+
+
 def test_a_long_insertion_is_followed_past_but_not_learned() -> None:
     src = source()
     inserted = list(range(500, 520))  # a new docstring, say

@@ -11,7 +11,9 @@ Until then drafts copy the old tokens, as the lookup would: in prose most "edits
 sentence going its own way, and a draft through one is a verify thrown away. Where the reply
 copies an edit's old tokens unchanged (a one-off bug fix, or a rename the model once leaves
 undone) the cursor follows the copy on, and drafts stop applying that edit until the reply
-makes it again.
+makes it again. A confirmed edit the reply has once left undone is in doubt: until it is made
+again, drafts end where it would apply, and the target says which way it goes there (a draft
+through it, either way, risked the whole verify past it).
 
 Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
 """
@@ -64,6 +66,8 @@ class CopyCursor:
     def reset(self) -> None:
         self.edits: dict[Key, Key] = {}
         self.confirmed: set[Key] = set()  # edits the reply has made twice
+        self.doubtful: set[Key] = set()  # confirmed edits the reply has since left undone
+        self.held = False  # the last draft ended at a doubtful edit
         self._lengths: list[int] = []  # the edits' old-side lengths, longest first
         self.pos: int | None = None  # the next token to copy, as an index into tokens
         self._pending: Key = ()  # the rest of an edit's new tokens being written
@@ -89,6 +93,7 @@ class CopyCursor:
 
     def draft(self, tokens: Sequence[int], k: int) -> list[int]:
         """The next k tokens of the copy, with the confirmed edits applied; nothing when lost."""
+        self.held = False
         if not self.following or k <= 0:
             return []
         assert self.pos is not None
@@ -101,6 +106,9 @@ class CopyCursor:
                 out.extend(new[: k - len(out)])
                 pos += len(old)
                 continue
+            if edit is not None and edit[0] in self.doubtful:
+                self.held = True  # made some places and not others: the target decides here
+                break
             if pos >= len(tokens):
                 break
             out.append(tokens[pos])
@@ -120,12 +128,14 @@ class CopyCursor:
             self.pos, self._pending = expected.pos, expected.pending
             self._edit_at, self._edit_out = expected.edit_at, expected.edit_out
             self.confirmed.update(expected.used)
+            self.doubtful.difference_update(expected.used)
             self.run += 1
             return
         if expected.used and self.pos < q and tokens[q] == tokens[self.pos]:
             # The reply copied the old tokens where a learned edit would change them: still the
             # copy. The edit is not (or no longer) made everywhere, so drafts stop applying it
             # until the reply makes it again (a rename a model once leaves undone stays learned).
+            self.doubtful.update(used for used in expected.used if used in self.confirmed)
             self.confirmed.difference_update(expected.used)
             self.pos += 1
             self.run += 1
@@ -184,6 +194,7 @@ class CopyCursor:
                 piece, change = old[a0:a1], new[b0:b1]
                 if self.edits.pop(piece, None) != change:  # re-inserted: the newest kept longest
                     self.confirmed.discard(piece)  # a different edit of the same tokens starts unconfirmed
+                    self.doubtful.discard(piece)
                 self.edits[piece] = change
         while len(self.edits) > MAX_EDITS:
             self._drop(next(iter(self.edits)))
@@ -197,6 +208,7 @@ class CopyCursor:
     def _drop(self, old: Key) -> None:
         self.edits.pop(old, None)
         self.confirmed.discard(old)
+        self.doubtful.discard(old)
         self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
 
     def _edit_at_pos(

@@ -238,6 +238,6 @@ class NgramDrafter:
             cursor.anchor(own.start, own.match_len)
         if cursor.following and cursor.run >= NGRAM_MIN_MATCH:
             follow = cursor.draft(tokens, k)
-            if follow:
+            if follow or cursor.held:  # held at its first token: no draft (the lookup would copy the old one)
                 return NgramMatch(follow, min(cursor.run, LONG_MATCH), cursor.pos or 0)
         return own
