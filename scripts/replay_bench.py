@@ -9,6 +9,8 @@
     .venv/bin/python scripts/replay_bench.py replay traces.json --context-costs
     # ... and on 8 machines whose curves are each a few percent off: each prompt's mean, min and max
     .venv/bin/python scripts/replay_bench.py replay traces.json --context-costs --jitter 8
+    # (the copy cursor reads the tokens' text, as in the engine, from the recorded target's file,
+    #  or --tokenizer FILE for a recording made before it was kept)
 
 A head-to-head run (`head_to_head.py`) takes half an hour and moves ±3% per prompt from one round
 to the next; a replay takes a second and is exact under its cost model, so a policy change can be
@@ -39,6 +41,7 @@ from localspec.auto.policy import AutoPolicy, OnlineCosts
 from localspec.auto.replay import Machine, SimClock, Trace, replay
 from localspec.engine.benchset import load_bench_set
 from localspec.engine.config import LoadOptions
+from localspec.engine.drafters.cursor import TokenText
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.llama import LlamaModel
 from localspec.engine.prefill import attach_plain_prefill
@@ -83,6 +86,7 @@ def record(args: argparse.Namespace) -> None:
     model.close()
     curves = {"sizes": list(sizes), "short": list(short.seconds), "long": list(long.seconds)}
     data = {
+        "target": str(args.target.resolve()),
         "max_tokens": args.max_tokens,
         "long_prefix": args.long_prefix,
         "curves": curves,
@@ -125,7 +129,18 @@ def jittered(data: dict[str, Any], seed: int, sd: float = JITTER_SD) -> dict[str
     return {**data, "curves": curves}
 
 
-def replay_ratios(data: dict[str, Any], context_costs: bool) -> dict[str, float]:
+def token_text(data: dict[str, Any], tokenizer: Path | None) -> TokenText | None:
+    """The tokens' text from the target's file, as the engine hands it to the copy cursor (None: none)."""
+    path = tokenizer or (Path(data["target"]) if "target" in data else None)
+    if path is None or not path.is_file():
+        print("replaying without the tokens' text (no target file): pass --tokenizer", file=sys.stderr)
+        return None
+    return LlamaModel(path, LoadOptions(n_ctx=256)).piece_text
+
+
+def replay_ratios(
+    data: dict[str, Any], context_costs: bool, text: TokenText | None = None
+) -> dict[str, float]:
     """auto / none per prompt on the recording's machine, its requests sharing one OnlineCosts."""
     m = machine(data, context_costs)
     costs = OnlineCosts(m.verify)  # shared by every request, as in the engine
@@ -134,7 +149,7 @@ def replay_ratios(data: dict[str, Any], context_costs: bool) -> dict[str, float]
         trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
         plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
         clock = SimClock()
-        policy = AutoPolicy(costs, NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
+        policy = AutoPolicy(costs, NgramDrafter.for_auto(text=text), None, near_tie_prior=0.0, clock=clock)
         auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=data["max_tokens"])
         ratios[t["name"]] = auto.tokens_per_second / plain
     return ratios
@@ -142,7 +157,8 @@ def replay_ratios(data: dict[str, Any], context_costs: bool) -> dict[str, float]
 
 def replay_all(args: argparse.Namespace) -> None:
     data = json.loads(args.traces.read_text(encoding="utf-8"))
-    runs = [replay_ratios(jittered(data, seed), args.context_costs) for seed in range(args.jitter)]
+    text = token_text(data, args.tokenizer)
+    runs = [replay_ratios(jittered(data, seed), args.context_costs, text) for seed in range(args.jitter)]
     m = machine(data, args.context_costs)
     by_kind: dict[str, list[float]] = defaultdict(list)
     spread = args.jitter > 1
@@ -197,6 +213,9 @@ def main() -> None:
     rep = sub.add_parser("replay", help="replay auto on recorded replies")
     rep.add_argument("traces", type=Path)
     rep.add_argument("--context-costs", action="store_true", help="charge each step for its context")
+    rep.add_argument(
+        "--tokenizer", type=Path, help="the target's file, for the tokens' text (default: the recorded one)"
+    )
     rep.add_argument(
         "--jitter", type=_positive, default=1, metavar="N",
         help=f"replay on N machines: the recorded one, then N - 1 with each timed point off by "

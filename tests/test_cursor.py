@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from localspec.auto.costmodel import Curve
 from localspec.auto.replay import Machine, Trace, replay
-from localspec.engine.drafters.cursor import GIVE_UP, RESYNC, CopyCursor
+from localspec.engine.drafters.cursor import GIVE_UP, RESYNC, CopyCursor, TokenText
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.speculative import FixedPolicy
 
@@ -106,6 +106,36 @@ def test_the_ngram_drafter_drafts_nothing_at_a_rename_in_doubt() -> None:
     assert src[35] == LO and drafter.peek(tokens, 8).tokens == []
     # Renamed there: followed on, up to HI, in doubt too.
     assert drafter.peek([*tokens, LOW], 8).tokens == src[36:38]
+
+
+def test_a_renamed_name_in_another_token_form_ends_drafts_until_the_reply_writes_that_form() -> None:
+    # ` lo` is renamed everywhere (confirmed); `(lo` is another token for the same name, which the
+    # model renames too, as `(` + ` low` or otherwise: unseen, a draft would copy `(lo` and lose
+    # every position past it. Knowing the tokens' text, the cursor ends the draft before it.
+    plo, paren = 904, 905
+    names = {LO: " lo", LOW: " low", HI: " hi", HIGH: " high", plo: "(lo", paren: "("}
+
+    def text(token: int) -> str:
+        return names.get(token, f" t{token}")  # every other token another name
+
+    src = [*source(2), 300, plo, 301, 302, 1, 310, LO, 311, 312, 1]
+    reply = [*renamed(src[:16]), 300]
+
+    def drafted(reply: list[int], text: TokenText | None) -> tuple[list[int], bool]:
+        cursor = CopyCursor(text)
+        cursor.start(len(src))
+        cursor.anchor(0, 8)
+        tokens = [*src, *reply]
+        cursor.feed(tokens)
+        return cursor.draft(tokens, 8), cursor.held
+
+    assert drafted(reply, None) == ([plo, 301, 302, 1, 310, LOW, 311, 312], False)  # blind to the text
+    assert drafted(reply, text) == ([], True)
+    # The reply wrote `(lo` as it was: that form is not renamed, drafts go through it from then on.
+    # (Past the text's end the copy goes on into the reply itself.)
+    assert drafted([*reply, plo, 301], text) == ([302, 1, 310, LOW, 311, 312, 1, reply[0]], False)
+    # An edit made only once puts no other form in doubt.
+    assert drafted([*renamed(src[:8]), src[8]], text) == (src[9:17], False)
 
 
 def test_a_long_insertion_is_followed_past_but_not_learned() -> None:

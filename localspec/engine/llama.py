@@ -258,6 +258,10 @@ class LlamaModel:
             self._pieces[token] = cached
         return cached
 
+    def piece_text(self, token: int) -> str:
+        """A token's bytes as text (a piece of a multi-byte character reads as U+FFFD)."""
+        return self.piece(token).decode("utf-8", errors="replace")
+
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 

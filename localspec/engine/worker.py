@@ -400,7 +400,10 @@ class Engine:
         sampled output depends on what was drafted, and memory changes from one request to the next."""
         seeded = not req.sampling.greedy and req.sampling.seed is not None
         memory = None if seeded else self._ngram_memory
-        return NgramDrafter.for_auto(memory) if auto else NgramDrafter(memory=memory)
+        assert self._target is not None
+        # The tokens' text tells the copy cursor the forms of one name apart (` lo`, `(lo`).
+        text = self._target.piece_text
+        return NgramDrafter.for_auto(memory, text) if auto else NgramDrafter(memory=memory, text=text)
 
     def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
         from localspec.auto.costmodel import NGRAM_K_MAX

@@ -13,14 +13,17 @@ copies an edit's old tokens unchanged (a one-off bug fix, or a rename the model 
 undone) the cursor follows the copy on, and drafts stop applying that edit until the reply
 makes it again. A confirmed edit the reply has once left undone is in doubt: until it is made
 again, drafts end where it would apply, and the target says which way it goes there (a draft
-through it, either way, risked the whole verify past it).
+through it, either way, risked the whole verify past it). Given the tokens' text, a name a
+confirmed edit renames is in doubt in its other token forms too (` lo` renamed, `(lo` and `'lo`
+are other tokens): drafts end there until the reply has written that form once, renamed or not.
 
 Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 from typing import NamedTuple
 
@@ -38,6 +41,10 @@ GIVE_UP = 64
 MAX_EDITS = 256
 
 Key = tuple[int, ...]
+# A token's text (its bytes decoded), to tell forms of one name apart: ` lo`, `(lo`, `'lo`.
+TokenText = Callable[[int], str]
+# What leads a name in a token: spaces and punctuation.
+_LEAD = re.compile(r"^[^\w]+")
 
 
 class _Expected(NamedTuple):
@@ -55,7 +62,9 @@ class _Expected(NamedTuple):
 class CopyCursor:
     """Where in `tokens` (the prompt and the reply so far) the reply copies from, and its edits."""
 
-    def __init__(self) -> None:
+    def __init__(self, text: TokenText | None = None) -> None:
+        self._text = text
+        self._names: dict[int, str | None] = {}  # a token's name part, by token (a cache)
         self.reset()
 
     def start(self, fed: int) -> None:
@@ -67,7 +76,8 @@ class CopyCursor:
         self.edits: dict[Key, Key] = {}
         self.confirmed: set[Key] = set()  # edits the reply has made twice
         self.doubtful: set[Key] = set()  # confirmed edits the reply has since left undone
-        self.held = False  # the last draft ended at a doubtful edit
+        self.held = False  # the last draft ended at a doubtful edit or a renamed name's unseen form
+        self.seen_forms: set[int] = set()  # tokens the reply has written while following the copy
         self._lengths: list[int] = []  # the edits' old-side lengths, longest first
         self.pos: int | None = None  # the next token to copy, as an index into tokens
         self._pending: Key = ()  # the rest of an edit's new tokens being written
@@ -99,6 +109,7 @@ class CopyCursor:
         assert self.pos is not None
         out = list(self._pending[:k])
         pos = self.pos
+        renamed = self._renamed_names()
         while len(out) < k:
             edit = self._edit_at_pos(tokens, pos)
             if edit is not None and edit[0] in self.confirmed:
@@ -111,9 +122,32 @@ class CopyCursor:
                 break
             if pos >= len(tokens):
                 break
+            if renamed and self._other_form(tokens[pos], renamed):
+                self.held = True  # a renamed name in a form the reply has not written yet
+                break
             out.append(tokens[pos])
             pos += 1
         return out
+
+    def _renamed_names(self) -> set[str]:
+        """The names confirmed (or doubtful) one-token edits rename, where the tokens' text is known."""
+        if self._text is None:
+            return set()
+        names = (self._name(old[0]) for old in self.confirmed | self.doubtful if len(old) == 1)
+        return {name for name in names if name is not None}
+
+    def _other_form(self, token: int, renamed: set[str]) -> bool:
+        return token not in self.seen_forms and self._name(token) in renamed and (token,) not in self.edits
+
+    def _name(self, token: int) -> str | None:
+        """A token's name part (its text past leading spaces and punctuation), None if it has none."""
+        if token in self._names:
+            return self._names[token]
+        assert self._text is not None
+        rest = _LEAD.sub("", self._text(token))
+        name = rest if rest.isidentifier() else None
+        self._names[token] = name
+        return name
 
     # --- following ----------------------------------------------------------------------------
 
@@ -129,6 +163,7 @@ class CopyCursor:
             self._edit_at, self._edit_out = expected.edit_at, expected.edit_out
             self.confirmed.update(expected.used)
             self.doubtful.difference_update(expected.used)
+            self.seen_forms.add(tokens[q])
             self.run += 1
             return
         if expected.used and self.pos < q and tokens[q] == tokens[self.pos]:

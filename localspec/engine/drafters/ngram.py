@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from localspec.engine.drafters.base import Draft
-from localspec.engine.drafters.cursor import CopyCursor
+from localspec.engine.drafters.cursor import CopyCursor, TokenText
 from localspec.engine.sampling import Draws
 from localspec.types import SamplingParams
 
@@ -180,18 +180,22 @@ class NgramDrafter:
     name = "ngram"
 
     def __init__(
-        self, min_n: int = NGRAM_MIN_MATCH, max_n: int = NGRAM_MAX_MATCH, memory: NgramMemory | None = None
+        self,
+        min_n: int = NGRAM_MIN_MATCH,
+        max_n: int = NGRAM_MAX_MATCH,
+        memory: NgramMemory | None = None,
+        text: TokenText | None = None,
     ) -> None:
         self._min_n, self._max_n = min_n, max_n
         self._index = NgramIndex(min_n, max_n)
         self._memory = memory
         self._prompt_len = 0
-        self._cursor = CopyCursor()
+        self._cursor = CopyCursor(text)
 
     @classmethod
-    def for_auto(cls, memory: NgramMemory | None = None) -> NgramDrafter:
+    def for_auto(cls, memory: NgramMemory | None = None, text: TokenText | None = None) -> NgramDrafter:
         """The lookup auto plans with (the engine's, and every replay's that predicts it)."""
-        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory)
+        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text)
 
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         self._index = NgramIndex(self._min_n, self._max_n)
