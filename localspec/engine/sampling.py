@@ -139,15 +139,18 @@ def _at_least(x: FloatArray, m: int) -> IdArray:
     n = x.shape[0]
     blocks = n // NEAR
     if m >= n or 4 * m > blocks:
-        return np.arange(n) if m >= n else np.flatnonzero(x >= np.partition(x, n - m)[n - m])
-    maxima = x[: blocks * NEAR].reshape(NEAR, blocks).max(axis=0)
-    near = np.flatnonzero(maxima >= np.partition(maxima, blocks - m)[blocks - m])
+        return np.arange(n) if m >= n else _top_m(x, m)
+    near = _top_m(x[: blocks * NEAR].reshape(NEAR, blocks).max(axis=0), m)
     ids = (np.arange(NEAR)[:, None] * blocks + near).ravel()
     if blocks * NEAR < n:  # the tokens past the last whole block: every one looked at
         ids = np.concatenate([ids, np.arange(blocks * NEAR, n)])
-    kept = x[ids]
-    count = kept.shape[0]
-    return np.sort(ids[kept >= np.partition(kept, count - m)[count - m]])
+    return np.sort(ids[_top_m(x[ids], m)])
+
+
+def _top_m(values: npt.NDArray[np.float32], m: int) -> IdArray:
+    """Positions (ascending) of the values at least the m-th largest, ties included (m < len)."""
+    cut = values.shape[0] - m
+    return np.flatnonzero(values >= np.partition(values, cut)[cut])
 
 
 def _top_p_of(
