@@ -138,6 +138,42 @@ def test_a_renamed_name_in_another_token_form_ends_drafts_until_the_reply_writes
     assert drafted([*renamed(src[:8]), src[8]], text) == (src[9:17], False)
 
 
+def test_a_rename_made_once_in_fenced_code_ends_drafts_at_the_old_name_until_made_again() -> None:
+    # In code a renamed name is mostly renamed everywhere: after the first line's renames, the old
+    # name is where a draft copying it would likely lose every position past it. In prose a word
+    # swapped once mostly is not swapped again, and the draft copies on, as before.
+    fence, inline, nl = 906, 907, 1
+    names = {LO: " lo", LOW: " low", HI: " hi", HIGH: " high", fence: "```", inline: " ```", nl: "\n"}
+
+    def text(token: int) -> str:
+        return names.get(token, f" t{token}")
+
+    src = source()
+    reply = [*renamed(src[:10])]  # the first line's names renamed, and the second line's LO
+
+    def drafted(prompt: list[int], text: TokenText | None) -> tuple[list[int], bool]:
+        cursor = CopyCursor(text)
+        cursor.start(len(prompt))
+        cursor.anchor(prompt.index(src[0]), 8)
+        tokens = [*prompt, *reply]
+        cursor.feed(tokens)
+        assert (LO,) in cursor.confirmed  # made twice
+        return cursor.draft(tokens, 7), cursor.held
+
+    # "... in one ```python block:" then the code between fence lines.
+    instruction = [60, inline, 61, nl]
+    fenced = [*instruction, fence, 62, nl, *src, fence]
+    assert drafted(fenced, text) == (src[10:12], True)  # LO renamed, HI (made once) held
+    # Made once, HI is copied as it was (as the lookup would) in prose, after a ``` in a line (no
+    # fence), and blind to the text.
+    assert drafted(instruction + src, text) == (src[10:17], False)
+    assert drafted([60, fence, 61, nl, *src], text) == (src[10:17], False)
+    assert drafted(fenced, None) == (src[10:17], False)
+    # Renamed a second time, HI is drafted renamed from then on.
+    reply = [*renamed(src[:13])]
+    assert drafted(fenced, text) == (renamed(src[13:20]), False)
+
+
 def test_a_long_insertion_is_followed_past_but_not_learned() -> None:
     src = source()
     inserted = list(range(500, 520))  # a new docstring, say

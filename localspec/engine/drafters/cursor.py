@@ -16,6 +16,12 @@ again, drafts end where it would apply, and the target says which way it goes th
 through it, either way, risked the whole verify past it). Given the tokens' text, a name a
 confirmed edit renames is in doubt in its other token forms too (` lo` renamed, `(lo` and `'lo`
 are other tokens): drafts end there until the reply has written that form once, renamed or not.
+In fenced code (between ``` lines) a one-token rename of a name is in doubt from its first time
+until the reply makes it again: a renamed name in code is mostly renamed everywhere, and a draft
+copying the old name would lose the verify past it; in prose a word swapped once (` Dinner` for
+` Lunch`) mostly is not swapped again, and drafts copy the old word on, as the lookup would.
+(Putting the name's other token forms in doubt too, or letting the doubt go when the reply once
+copies the old name, was slower in replay: the 1.5B renames some names inconsistently.)
 
 Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
 """
@@ -23,6 +29,7 @@ Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 from typing import NamedTuple
@@ -45,6 +52,8 @@ Key = tuple[int, ...]
 TokenText = Callable[[int], str]
 # What leads a name in a token: spaces and punctuation.
 _LEAD = re.compile(r"^[^\w]+")
+# What opens and closes a fenced code block in Markdown (what chat replies and prompts put code in).
+FENCE = "```"
 
 
 class _Expected(NamedTuple):
@@ -65,6 +74,9 @@ class CopyCursor:
     def __init__(self, text: TokenText | None = None) -> None:
         self._text = text
         self._names: dict[int, str | None] = {}  # a token's name part, by token (a cache)
+        # A token's text as fences see it: (opens a line with a fence, has one after a newline in
+        # it, ends a line), by token (a cache).
+        self._lines: dict[int, tuple[bool, bool, bool]] = {}
         self.reset()
 
     def start(self, fed: int) -> None:
@@ -78,6 +90,9 @@ class CopyCursor:
         self.doubtful: set[Key] = set()  # confirmed edits the reply has since left undone
         self.held = False  # the last draft ended at a doubtful edit or a renamed name's unseen form
         self.seen_forms: set[int] = set()  # tokens the reply has written while following the copy
+        self.code_renames: set[Key] = set()  # one-token renames of a name learned in fenced code
+        self._fences: list[int] = []  # where fence tokens are in tokens, as far as scanned
+        self._fenced_to = 0  # tokens scanned for fences
         self._lengths: list[int] = []  # the edits' old-side lengths, longest first
         self.pos: int | None = None  # the next token to copy, as an index into tokens
         self._pending: Key = ()  # the rest of an edit's new tokens being written
@@ -117,8 +132,9 @@ class CopyCursor:
                 out.extend(new[: k - len(out)])
                 pos += len(old)
                 continue
-            if edit is not None and edit[0] in self.doubtful:
-                self.held = True  # made some places and not others: the target decides here
+            if edit is not None and (edit[0] in self.doubtful or edit[0] in self.code_renames):
+                # Made some places and not others, or a rename in code made once: the target decides.
+                self.held = True
                 break
             if pos >= len(tokens):
                 break
@@ -148,6 +164,32 @@ class CopyCursor:
         name = rest if rest.isidentifier() else None
         self._names[token] = name
         return name
+
+    def _rename(self, old: Key, new: Key) -> bool:
+        """Whether an edit turns one name into another, one token each (` lo` into ` low`)."""
+        if len(old) != 1 or len(new) != 1:
+            return False
+        before, after = self._name(old[0]), self._name(new[0])
+        return before is not None and after is not None and before != after
+
+    def _in_code(self, tokens: Sequence[int], pos: int) -> bool:
+        """Whether tokens[pos] lies inside a fenced code block (after an odd number of fence lines;
+        a ``` inside a line, as in "answer in one ```python block", is no fence)."""
+        for i in range(self._fenced_to, pos):
+            starts, inside, _ = self._line_parts(tokens[i])
+            if inside or (starts and (i == 0 or self._line_parts(tokens[i - 1])[2])):
+                self._fences.append(i)
+        self._fenced_to = max(self._fenced_to, pos)
+        return bisect_left(self._fences, pos) % 2 == 1
+
+    def _line_parts(self, token: int) -> tuple[bool, bool, bool]:
+        parts = self._lines.get(token)
+        if parts is None:
+            assert self._text is not None
+            text = self._text(token)
+            parts = (text.lstrip(" \t").startswith(FENCE), "\n" + FENCE in text, text.endswith("\n"))
+            self._lines[token] = parts
+        return parts
 
     # --- following ----------------------------------------------------------------------------
 
@@ -212,14 +254,16 @@ class CopyCursor:
                 if list(tokens[src + j : src + j + RESYNC]) == tail:
                     if i == j == 0:  # the reply copied the old tokens after all: that edit was one-off
                         self._forget(tokens, src)
-                    self._learn(tuple(tokens[src : src + j]), tuple(tokens[out : out + i]))
+                    code = self._text is not None and self._in_code(tokens, src)
+                    self._learn(tuple(tokens[src : src + j]), tuple(tokens[out : out + i]), code)
                     self.pos, self._left, self.run = src + j + RESYNC, None, RESYNC
                     return
         if i > GIVE_UP:
             self.pos, self._left = None, None
 
-    def _learn(self, old: Key, new: Key) -> None:
-        """Learn the edits that turn `old` (the copied text skipped) into `new` (what the reply wrote)."""
+    def _learn(self, old: Key, new: Key, code: bool = False) -> None:
+        """Learn the edits that turn `old` (the copied text skipped) into `new` (what the reply wrote);
+        `code`: the copied text is in a fenced code block."""
         if not old or len(new) > SKIP:
             return  # an insertion applies nowhere else; a long change is not an edit to repeat
         if old == new:
@@ -230,6 +274,9 @@ class CopyCursor:
                 if self.edits.pop(piece, None) != change:  # re-inserted: the newest kept longest
                     self.confirmed.discard(piece)  # a different edit of the same tokens starts unconfirmed
                     self.doubtful.discard(piece)
+                    self.code_renames.discard(piece)
+                    if code and self._rename(piece, change):
+                        self.code_renames.add(piece)
                 self.edits[piece] = change
         while len(self.edits) > MAX_EDITS:
             self._drop(next(iter(self.edits)))
@@ -244,6 +291,7 @@ class CopyCursor:
         self.edits.pop(old, None)
         self.confirmed.discard(old)
         self.doubtful.discard(old)
+        self.code_renames.discard(old)
         self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
 
     def _edit_at_pos(
