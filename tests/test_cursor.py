@@ -174,6 +174,23 @@ def test_a_rename_made_once_in_fenced_code_ends_drafts_at_the_old_name_until_mad
     assert drafted(fenced, text) == (renamed(src[13:20]), False)
 
 
+def test_the_copy_goes_on_where_the_cursor_is_when_the_lookup_matches_as_long_elsewhere() -> None:
+    # Two functions with one signature: the reply renames LO in the first's, and past the rename
+    # the last tokens match both. The lookup drafts the later function's body (its latest
+    # occurrence); the cursor knows the reply is copying the first.
+    header = list(range(50, 60))
+    sig = [20, 21, LO, 22, HI, 23, 24]  # `(x, lo, hi):` and a line end, say
+    first, second = [30, 31, 32, 33], [40, 41, 42, 43]
+    prompt = [7, *header, 10, *sig, *first, 11, *sig, *second, 8]
+    reply = [*header, 10, *[LOW if t == LO else t for t in sig]]
+    drafter = NgramDrafter.for_auto()
+    drafter.start(prompt)
+    tokens = [*prompt, *reply]
+    for end in range(len(prompt) + 1, len(tokens) + 1):
+        match = drafter.peek(tokens[:end], 4)
+    assert match.match_len == 4 and match.tokens == first
+
+
 def test_a_long_insertion_is_followed_past_but_not_learned() -> None:
     src = source()
     inserted = list(range(500, 520))  # a new docstring, say

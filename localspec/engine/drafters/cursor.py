@@ -116,6 +116,13 @@ class CopyCursor:
             self._step(tokens, q)
         self._seen = len(tokens)
 
+    def matches(self, tokens: Sequence[int], n: int) -> bool:
+        """Whether the n tokens before the cursor's place are the last n of `tokens`, as those of an
+        n-token lookup match are (not while an edit's new tokens are being written)."""
+        if not self.following or self._pending or self.pos is None or n > self.pos:
+            return False
+        return list(tokens[self.pos - n : self.pos]) == list(tokens[len(tokens) - n :])
+
     def draft(self, tokens: Sequence[int], k: int) -> list[int]:
         """The next k tokens of the copy, with the confirmed edits applied; nothing when lost."""
         self.held = False

@@ -237,10 +237,19 @@ class NgramDrafter:
         # The cursor trusts the matches a fixed method drafts on (5+ tokens), whatever this lookup
         # proposes: auto weighs 2-token matches, but a cursor anchored on one follows a chance
         # likeness (replayed with 2: bisect's rename 1.04x of none; with 5: 1.35x).
-        longer = not cursor.following or own.match_len > cursor.run
-        if own.tokens and own.match_len >= NGRAM_MIN_MATCH and longer:
+        # Where the cursor's own place matches the reply as long as the lookup's match does, that
+        # is the place to copy from: the cursor knows the edits, and which of several equal matches
+        # (four functions' signatures) the reply is copying. The lookup takes the latest.
+        level = (
+            cursor.following
+            and bool(own.tokens)
+            and (own.match_len <= cursor.run or cursor.matches(tokens, own.match_len))
+        )
+        if level and cursor.pos is not None and own.match_len > cursor.run:
+            cursor.anchor(cursor.pos, own.match_len)
+        elif own.tokens and own.match_len >= NGRAM_MIN_MATCH and not level:
             cursor.anchor(own.start, own.match_len)
-        if cursor.following and cursor.run >= NGRAM_MIN_MATCH:
+        if cursor.following and (cursor.run >= NGRAM_MIN_MATCH or level):
             follow = cursor.draft(tokens, k)
             if follow or cursor.held:  # held at its first token: no draft (the lookup would copy the old one)
                 return NgramMatch(follow, min(cursor.run, LONG_MATCH), cursor.pos or 0)
