@@ -88,7 +88,9 @@ class CopyCursor:
         self.edits: dict[Key, Key] = {}
         self.confirmed: set[Key] = set()  # edits the reply has made twice
         self.doubtful: set[Key] = set()  # confirmed edits the reply has since left undone
-        self.held = False  # the last draft ended at a doubtful edit or a renamed name's unseen form
+        # The last draft ended at an edit in doubt (a code rename made once included) or a renamed
+        # name's unseen form.
+        self.held = False
         self.seen_forms: set[int] = set()  # tokens the reply has written while following the copy
         self.code_renames: set[Key] = set()  # one-token renames of a name learned in fenced code
         self._fences: list[int] = []  # where fence tokens are in tokens, as far as scanned
