@@ -174,6 +174,29 @@ def test_a_rename_made_once_in_fenced_code_ends_drafts_at_the_old_name_until_mad
     assert drafted(fenced, text) == (renamed(src[13:20]), False)
 
 
+def test_a_rename_in_code_the_reply_then_copies_the_old_name_of_twice_was_a_one_off() -> None:
+    fence, nl = 906, 1
+    names = {LO: " lo", LOW: " low", HI: " hi", fence: "```", nl: "\n"}
+
+    def text(token: int) -> str:
+        return names.get(token, f" t{token}")
+
+    src = source()
+    prompt = [60, nl, fence, 62, nl, *src, fence]
+
+    def drafted(reply: list[int]) -> tuple[list[int], bool]:
+        cursor = CopyCursor(text)
+        cursor.start(len(prompt))
+        cursor.anchor(prompt.index(src[0]), 8)
+        tokens = [*prompt, *reply]
+        cursor.feed(tokens)
+        return cursor.draft(tokens, 7), cursor.held
+
+    fixed = [src[0], LOW, *src[2:8]]  # LO renamed on the first line only: a fix, or the start of a rename
+    assert drafted([*fixed, *src[8:17]]) == ([], True)  # copied once since: still in doubt at the next LO
+    assert drafted([*fixed, *src[8:25]]) == (src[25:32], False)  # twice: a one-off, LO copied on
+
+
 def test_the_copy_goes_on_where_the_cursor_is_when_the_lookup_matches_as_long_elsewhere() -> None:
     # Two functions with one signature: the reply renames LO in the first's, and past the rename
     # the last tokens match both. The lookup drafts the later function's body (its latest

@@ -20,8 +20,10 @@ In fenced code (between ``` lines) a one-token rename of a name is in doubt from
 until the reply makes it again: a renamed name in code is mostly renamed everywhere, and a draft
 copying the old name would lose the verify past it; in prose a word swapped once (` Dinner` for
 ` Lunch`) mostly is not swapped again, and drafts copy the old word on, as the lookup would.
-(Putting the name's other token forms in doubt too, or letting the doubt go when the reply once
-copies the old name, was slower in replay: the 1.5B renames some names inconsistently.)
+Where the reply then copies the old name twice without renaming it again, the rename was a one-off
+(a fix at one place), and drafts copy the old name on. (Putting the name's other token forms in
+doubt too, or letting the doubt go at the first copy of the old name, was slower in replay: the 1.5B
+renames some names inconsistently.)
 
 Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 from typing import NamedTuple
@@ -46,6 +49,10 @@ RESYNC = 3
 GIVE_UP = 64
 # At most this many edits kept per request (the oldest forgotten first).
 MAX_EDITS = 256
+# A rename in code made once that the reply then copies the old name of this many times, without
+# making it again, was a one-off (a fix at one place): drafts copy the old name on from then on.
+# Once is not enough: the 1.5B leaves a name it renames everywhere else as it was now and then.
+ONE_OFF_COPIES = 2
 
 Key = tuple[int, ...]
 # A token's text (its bytes decoded), to tell forms of one name apart: ` lo`, `(lo`, `'lo`.
@@ -93,6 +100,7 @@ class CopyCursor:
         self.held = False
         self.seen_forms: set[int] = set()  # tokens the reply has written while following the copy
         self.code_renames: set[Key] = set()  # one-token renames of a name learned in fenced code
+        self._copied: Counter[Key] = Counter()  # how often the reply copied a code rename's old name
         self._fences: list[int] = []  # where fence tokens are in tokens, as far as scanned
         self._fenced_to = 0  # tokens scanned for fences
         self._lengths: list[int] = []  # the edits' old-side lengths, longest first
@@ -214,6 +222,8 @@ class CopyCursor:
             self._edit_at, self._edit_out = expected.edit_at, expected.edit_out
             self.confirmed.update(expected.used)
             self.doubtful.difference_update(expected.used)
+            for used in expected.used:
+                self._copied.pop(used, None)
             self.seen_forms.add(tokens[q])
             self.run += 1
             return
@@ -223,6 +233,10 @@ class CopyCursor:
             # until the reply makes it again (a rename a model once leaves undone stays learned).
             self.doubtful.update(used for used in expected.used if used in self.confirmed)
             self.confirmed.difference_update(expected.used)
+            self._copied.update(used for used in expected.used if used in self.code_renames)
+            self.code_renames.difference_update(
+                used for used in expected.used if self._copied[used] >= ONE_OFF_COPIES
+            )
             self.pos += 1
             self.run += 1
             return
@@ -284,6 +298,7 @@ class CopyCursor:
                     self.confirmed.discard(piece)  # a different edit of the same tokens starts unconfirmed
                     self.doubtful.discard(piece)
                     self.code_renames.discard(piece)
+                    self._copied.pop(piece, None)
                     if code and self._rename(piece, change):
                         self.code_renames.add(piece)
                 self.edits[piece] = change
@@ -301,6 +316,7 @@ class CopyCursor:
         self.confirmed.discard(old)
         self.doubtful.discard(old)
         self.code_renames.discard(old)
+        self._copied.pop(old, None)
         self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
 
     def _edit_at_pos(
