@@ -295,10 +295,7 @@ class CopyCursor:
             if op in ("replace", "delete") and a1 - a0 <= MAX_EDIT and b1 - b0 <= MAX_EDIT:
                 piece, change = old[a0:a1], new[b0:b1]
                 if self.edits.pop(piece, None) != change:  # re-inserted: the newest kept longest
-                    self.confirmed.discard(piece)  # a different edit of the same tokens starts unconfirmed
-                    self.doubtful.discard(piece)
-                    self.code_renames.discard(piece)
-                    self._copied.pop(piece, None)
+                    self._unjudged(piece)  # a different edit of the same tokens starts unconfirmed
                     if code and self._rename(piece, change):
                         self.code_renames.add(piece)
                 self.edits[piece] = change
@@ -313,11 +310,15 @@ class CopyCursor:
 
     def _drop(self, old: Key) -> None:
         self.edits.pop(old, None)
+        self._unjudged(old)
+        self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
+
+    def _unjudged(self, old: Key) -> None:
+        """Forget what the reply has shown of the edit of `old`: confirmed, in doubt, copied."""
         self.confirmed.discard(old)
         self.doubtful.discard(old)
         self.code_renames.discard(old)
         self._copied.pop(old, None)
-        self._lengths = sorted({len(o) for o in self.edits}, reverse=True)
 
     def _edit_at_pos(
         self, tokens: Sequence[int], pos: int, limit: int | None = None
