@@ -24,13 +24,20 @@ def renamed(tokens: list[int]) -> list[int]:
     return [{LO: LOW, HI: HIGH}.get(t, t) for t in tokens]
 
 
-def follow(prompt: list[int], reply: list[int], anchor: int = 0) -> tuple[CopyCursor, list[int]]:
-    cursor = CopyCursor()
+def follow(
+    prompt: list[int], reply: list[int], anchor: int = 0, text: TokenText | None = None
+) -> tuple[CopyCursor, list[int]]:
+    cursor = CopyCursor(text)
     cursor.start(len(prompt))
     cursor.anchor(anchor, 8)
     tokens = [*prompt, *reply]
     cursor.feed(tokens)
     return cursor, tokens
+
+
+def texts(names: dict[int, str]) -> TokenText:
+    """Tokens' text: `names` for the named ones, every other token another name."""
+    return lambda token: names.get(token, f" t{token}")
 
 
 def test_a_rename_made_twice_is_drafted_from_then_on() -> None:
@@ -113,20 +120,12 @@ def test_a_renamed_name_in_another_token_form_ends_drafts_until_the_reply_writes
     # model renames too, as `(` + ` low` or otherwise: unseen, a draft would copy `(lo` and lose
     # every position past it. Knowing the tokens' text, the cursor ends the draft before it.
     plo, paren = 904, 905
-    names = {LO: " lo", LOW: " low", HI: " hi", HIGH: " high", plo: "(lo", paren: "("}
-
-    def text(token: int) -> str:
-        return names.get(token, f" t{token}")  # every other token another name
-
+    text = texts({LO: " lo", LOW: " low", HI: " hi", HIGH: " high", plo: "(lo", paren: "("})
     src = [*source(2), 300, plo, 301, 302, 1, 310, LO, 311, 312, 1]
     reply = [*renamed(src[:16]), 300]
 
     def drafted(reply: list[int], text: TokenText | None) -> tuple[list[int], bool]:
-        cursor = CopyCursor(text)
-        cursor.start(len(src))
-        cursor.anchor(0, 8)
-        tokens = [*src, *reply]
-        cursor.feed(tokens)
+        cursor, tokens = follow(src, reply, 0, text)
         return cursor.draft(tokens, 8), cursor.held
 
     assert drafted(reply, None) == ([plo, 301, 302, 1, 310, LOW, 311, 312], False)  # blind to the text
@@ -143,20 +142,12 @@ def test_a_rename_made_once_in_fenced_code_ends_drafts_at_the_old_name_until_mad
     # name is where a draft copying it would likely lose every position past it. In prose a word
     # swapped once mostly is not swapped again, and the draft copies on, as before.
     fence, inline, nl = 906, 907, 1
-    names = {LO: " lo", LOW: " low", HI: " hi", HIGH: " high", fence: "```", inline: " ```", nl: "\n"}
-
-    def text(token: int) -> str:
-        return names.get(token, f" t{token}")
-
+    text = texts({LO: " lo", LOW: " low", HI: " hi", HIGH: " high", fence: "```", inline: " ```", nl: "\n"})
     src = source()
     reply = [*renamed(src[:10])]  # the first line's names renamed, and the second line's LO
 
     def drafted(prompt: list[int], text: TokenText | None) -> tuple[list[int], bool]:
-        cursor = CopyCursor(text)
-        cursor.start(len(prompt))
-        cursor.anchor(prompt.index(src[0]), 8)
-        tokens = [*prompt, *reply]
-        cursor.feed(tokens)
+        cursor, tokens = follow(prompt, reply, prompt.index(src[0]), text)
         assert (LO,) in cursor.confirmed  # made twice
         return cursor.draft(tokens, 7), cursor.held
 
@@ -176,20 +167,12 @@ def test_a_rename_made_once_in_fenced_code_ends_drafts_at_the_old_name_until_mad
 
 def test_a_rename_in_code_the_reply_then_copies_the_old_name_of_twice_was_a_one_off() -> None:
     fence, nl = 906, 1
-    names = {LO: " lo", LOW: " low", HI: " hi", fence: "```", nl: "\n"}
-
-    def text(token: int) -> str:
-        return names.get(token, f" t{token}")
-
+    text = texts({LO: " lo", LOW: " low", HI: " hi", fence: "```", nl: "\n"})
     src = source()
     prompt = [60, nl, fence, 62, nl, *src, fence]
 
     def drafted(reply: list[int]) -> tuple[list[int], bool]:
-        cursor = CopyCursor(text)
-        cursor.start(len(prompt))
-        cursor.anchor(prompt.index(src[0]), 8)
-        tokens = [*prompt, *reply]
-        cursor.feed(tokens)
+        cursor, tokens = follow(prompt, reply, prompt.index(src[0]), text)
         return cursor.draft(tokens, 7), cursor.held
 
     fixed = [src[0], LOW, *src[2:8]]  # LO renamed on the first line only: a fix, or the start of a rename
