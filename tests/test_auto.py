@@ -11,6 +11,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,6 +33,7 @@ from localspec.auto.costmodel import (
     K_MAX,
     LONG_WIDTHS,
     NGRAM_CONTINUE_PRIOR,
+    VERIFY_MAX,
     Curve,
     Plan,
     PositionalAcceptance,
@@ -49,7 +51,15 @@ from localspec.engine.sampling import Draws
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.worker import Engine
 from localspec.paths import Paths
-from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
+from localspec.pickdraft.cost import REPACKED_CPU_POINTS
+from localspec.types import (
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    Method,
+    SamplingParams,
+    SpecParams,
+)
 
 TINY = LoadOptions(n_ctx=1024, n_threads=1, batch_invariant=True)  # --exact: bit-identity is asserted
 
@@ -328,6 +338,52 @@ def test_short_matches_start_from_how_this_requests_matches_have_done() -> None:
     assert misled._estimates(unseen)[0] < 0.6 * fresh._estimates(unseen)[0]
     # Long matches are copies in any text: their priors stay as they are.
     assert misled._estimates("ngram/24/1")[0] == pytest.approx(fresh._estimates("ngram/24/1")[0])
+
+
+def test_in_prose_a_short_match_bets_only_what_the_request_can_afford_to_lose() -> None:
+    # A short answer quotes 8 tokens of its document, then goes its own way: a bet on the quote's
+    # short match loses its whole verify (on this curve 15 drafted tokens cost 4 plain ones, 15% of
+    # a 30-token answer). In prose it waits until the request's drafts have won what it risks; in a
+    # fenced code block, where short matches mostly continue a copy, it bets as before.
+    fence, nl = 9001, 9002
+    text = lambda token: {fence: "```", nl: "\n"}.get(token, f" w{token}")  # noqa: E731
+    rng = np.random.default_rng(5)
+    doc = [int(t) for t in rng.integers(0, RNG_VOCAB, 200)]
+    quote = doc[100:108]
+    fresh = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, 60)]
+    m = machine(Curve.from_points({n: 28 * MS * v for n, v in REPACKED_CPU_POINTS.items()}, VERIFY_MAX))
+
+    class Recording(AutoPolicy):
+        """auto, keeping the steps that drafted on a short match (key, k)."""
+
+        def choose(self, ctx: speculative.StepContext) -> tuple[Any, int]:
+            drafter, k = super().choose(ctx)
+            key = self._last.ngram_key if self._last else None
+            if k and key is not None and int(key.split("/")[1]) < 12:
+                self.bets.append((key, k))
+            return drafter, k
+
+        bets: list[tuple[str, int]]
+
+    def bets(reply: list[int]) -> tuple[list[tuple[str, int]], float]:
+        """The steps that drafted on a short match, and auto's speed over plain decoding."""
+        trace, clock = Trace("answer", (*doc, nl), tuple(reply)), SimClock()
+        policy = Recording(
+            OnlineCosts(m.verify), NgramDrafter.for_auto(text=text), None, near_tie_prior=0.0, clock=clock
+        )
+        policy.bets = []
+        auto = replay(trace, policy, m, clock, charge_policy=False).tokens_per_second
+        plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
+        return policy.bets, auto / plain
+
+    answer = [*fresh[:5], *quote, *fresh[5:22]]
+    in_prose, speed = bets(answer)
+    assert in_prose == [] and speed >= 0.99
+    in_code, speed = bets([fence, nl, *answer])
+    assert in_code and speed < 0.95  # the bet the budget spares prose
+    # Once a long quote's drafts have won, a short match in prose is bet on again.
+    after_a_win, speed = bets([*fresh[:5], *doc[20:60], *fresh[5:10], *quote, *fresh[10:20]])
+    assert after_a_win and speed > 1.1
 
 
 def test_online_costs_follow_what_steps_really_take() -> None:
@@ -661,6 +717,28 @@ def test_engine_auto_takes_the_request_k_as_a_cap(tiny_target: Path, tiny_perfec
             assert 1.0 <= free.stats.mean_k <= EXACT_VERIFY_BATCH - 1
             longest = max(longest, len(free.stats.drafted_by_position))
         assert longest > 2  # uncapped, it drafts further: the cap is what stopped it
+
+
+def test_engine_auto_reads_a_chat_reply_as_markdown_and_a_raw_completion_not(tiny_target: Path) -> None:
+    # Where a reply is in prose, auto's short-match bets are limited; it knows only in a chat
+    # reply's Markdown, whose code is fenced: a completion's raw text may be code throughout.
+    with Engine(EngineConfig(target=tiny_target, method="none", load=TINY)) as engine:
+        engine.wait_ready()
+        engine._auto_costs = gpu_like_costs()
+        assert engine._target is not None
+        prose = engine._target.tokenize("Here it is:\n", add_special=False)
+        code = engine._target.tokenize("Here it is:\n```python\nx = 1\n", add_special=False)
+
+        def in_prose(req: GenerationRequest, tokens: list[int]) -> bool:
+            policy = engine._policy(req)[0]
+            assert isinstance(policy, AutoPolicy) and policy._ngram is not None
+            return policy._ngram.in_prose(tokens)
+
+        auto = SpecParams(method="auto")
+        chat = GenerationRequest(messages=(ChatMessage(role="user", content="hi"),), speculative=auto)
+        assert in_prose(chat, prose) and not in_prose(chat, code)
+        assert not in_prose(GenerationRequest(prompt="def f():", speculative=auto), prose)
+        assert not in_prose(GenerationRequest(prompt="a = ", suffix="\n", speculative=auto), prose)
 
 
 def test_engine_with_a_fixed_default_method_calibrates_on_the_first_auto_request(

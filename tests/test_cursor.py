@@ -180,6 +180,32 @@ def test_a_rename_in_code_the_reply_then_copies_the_old_name_of_twice_was_a_one_
     assert drafted([*fixed, *src[8:25]]) == (src[25:32], False)  # twice: a one-off, LO copied on
 
 
+def test_the_reply_is_in_prose_outside_the_code_blocks_it_fences_whatever_the_prompt_left_open() -> None:
+    fence, nl = 906, 1
+    text = texts({fence: "```", nl: "\n"})
+    prompt = [60, nl, fence, 62, nl, 63, 64, nl]  # a pasted file's opening fence, never closed
+    reply = [70, 71, nl, fence, 72, nl, 73, 74, nl, fence, nl, 75]
+
+    def in_prose(markdown: bool = True, text: TokenText | None = text) -> list[bool]:
+        drafter = NgramDrafter.for_auto(text=text, markdown=markdown)
+        drafter.start(prompt)
+        tokens = [*prompt, *reply]
+        return [drafter.in_prose(tokens[:end]) for end in range(len(prompt) + 1, len(tokens) + 1)]
+
+    # Prose, then from the opening fence to the closing one code, then prose again.
+    assert in_prose() == [True] * 3 + [False] * 6 + [True] * 3
+    # A tokenizer that splits the backticks: the fence is the line's, not a token's.
+    tick, ticks, indent = 908, 909, 910
+    text = texts({fence: "```", nl: "\n", tick: "`", ticks: "``", indent: "  "})
+    reply = [70, nl, indent, tick, ticks, 72, nl, 73, tick, ticks, nl, tick, ticks, nl, 75]
+    assert in_prose(text=text) == [True] * 4 + [False] * 8 + [True] * 3  # "73```" is no fence
+    reply = [70, nl, fence, 72, nl, 73, 74, nl, fence, nl, 75]
+    text = texts({fence: "```", nl: "\n"})
+    # Not told: no text, or a completion's raw text (not Markdown).
+    assert in_prose(text=None) == [False] * len(reply)
+    assert in_prose(markdown=False) == [False] * len(reply)
+
+
 def test_the_copy_goes_on_where_the_cursor_is_when_the_lookup_matches_as_long_elsewhere() -> None:
     # Two functions with one signature: the reply renames LO in the first's, and past the rename
     # the last tokens match both. The lookup drafts the later function's body (its latest

@@ -401,9 +401,12 @@ class Engine:
         seeded = not req.sampling.greedy and req.sampling.seed is not None
         memory = None if seeded else self._ngram_memory
         assert self._target is not None
-        # The tokens' text tells the copy cursor the forms of one name apart (` lo`, `(lo`).
+        # The tokens' text tells the copy cursor the forms of one name apart (` lo`, `(lo`), and
+        # auto where a chat reply (Markdown) is in prose; a raw completion's text is not Markdown.
         text = self._target.piece_text
-        return NgramDrafter.for_auto(memory, text) if auto else NgramDrafter(memory=memory, text=text)
+        if auto:
+            return NgramDrafter.for_auto(memory, text, markdown=bool(req.messages))
+        return NgramDrafter(memory=memory, text=text)
 
     def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
         from localspec.auto.costmodel import NGRAM_K_MAX

@@ -23,7 +23,8 @@ copying the old name would lose the verify past it; in prose a word swapped once
 Where the reply then copies the old name twice without renaming it again, the rename was a one-off
 (a fix at one place), and drafts copy the old name on. (Putting the name's other token forms in
 doubt too, or letting the doubt go at the first copy of the old name, was slower in replay: the 1.5B
-renames some names inconsistently.)
+renames some names inconsistently.) The same fence scan tells auto whether a chat reply is in prose
+at its end (`reply_in_code`), where it bets on short matches only what the request can lose.
 
 Pure logic over token lists: the n-gram drafter feeds it and asks it for drafts.
 """
@@ -59,8 +60,13 @@ Key = tuple[int, ...]
 TokenText = Callable[[int], str]
 # What leads a name in a token: spaces and punctuation.
 _LEAD = re.compile(r"^[^\w]+")
-# What opens and closes a fenced code block in Markdown (what chat replies and prompts put code in).
-FENCE = "```"
+# What opens and closes a fenced code block in Markdown (what chat replies and prompts put code in):
+# a line that begins, after spaces or tabs, with three backticks.
+FENCE_TICKS = 3
+# Where the fence scan is between tokens: at a line's start (nothing but spaces or tabs yet), and
+# the backticks opening the line so far (a tokenizer may split ``` into several tokens).
+_LineState = tuple[bool, int]
+_LINE_START: _LineState = (True, 0)
 
 
 class _Expected(NamedTuple):
@@ -81,15 +87,15 @@ class CopyCursor:
     def __init__(self, text: TokenText | None = None) -> None:
         self._text = text
         self._names: dict[int, str | None] = {}  # a token's name part, by token (a cache)
-        # A token's text as fences see it: (opens a line with a fence, has one after a newline in
-        # it, ends a line), by token (a cache).
-        self._lines: dict[int, tuple[bool, bool, bool]] = {}
+        # The fence scan's step over a token: the state after it and the fences it opens or closes,
+        # by token and state before it (a cache).
+        self._lines: dict[tuple[int, _LineState], tuple[_LineState, int]] = {}
         self.reset()
 
     def start(self, fed: int) -> None:
         """A new request: nothing learned, the first `fed` tokens (its prompt) taken as fed."""
         self.reset()
-        self._seen = fed
+        self._seen = self._reply_from = fed
 
     def reset(self) -> None:
         self.edits: dict[Key, Key] = {}
@@ -101,8 +107,9 @@ class CopyCursor:
         self.seen_forms: set[int] = set()  # tokens the reply has written while following the copy
         self.code_renames: set[Key] = set()  # one-token renames of a name learned in fenced code
         self._copied: Counter[Key] = Counter()  # how often the reply copied a code rename's old name
-        self._fences: list[int] = []  # where fence tokens are in tokens, as far as scanned
+        self._fences: list[int] = []  # the tokens that end a fence line's ```, as far as scanned
         self._fenced_to = 0  # tokens scanned for fences
+        self._line_state = _LINE_START  # the fence scan's state after them
         self._lengths: list[int] = []  # the edits' old-side lengths, longest first
         self.pos: int | None = None  # the next token to copy, as an index into tokens
         self._pending: Key = ()  # the rest of an edit's new tokens being written
@@ -111,6 +118,7 @@ class CopyCursor:
         self._left: tuple[int, int] | None = None  # (source, reply) indices where the reply left the copy
         self.run = 0  # tokens the cursor has followed since it last lost the reply
         self._seen = 0  # tokens of `tokens` already fed
+        self._reply_from = 0  # where the reply begins in tokens (after the prompt)
 
     @property
     def following(self) -> bool:
@@ -189,24 +197,45 @@ class CopyCursor:
         before, after = self._name(old[0]), self._name(new[0])
         return before is not None and after is not None and before != after
 
+    def reply_in_code(self, tokens: Sequence[int]) -> bool | None:
+        """Whether the reply's end lies inside a fenced code block the reply opened (None: the
+        tokens' text is not known). The prompt's own fences do not count: a pasted file may leave
+        one open."""
+        if self._text is None:
+            return None
+        self._in_code(tokens, len(tokens))
+        fences = bisect_left(self._fences, len(tokens)) - bisect_left(self._fences, self._reply_from)
+        return fences % 2 == 1
+
     def _in_code(self, tokens: Sequence[int], pos: int) -> bool:
         """Whether tokens[pos] lies inside a fenced code block (after an odd number of fence lines;
         a ``` inside a line, as in "answer in one ```python block", is no fence)."""
+        state = self._line_state
         for i in range(self._fenced_to, pos):
-            starts, inside, _ = self._line_parts(tokens[i])
-            if inside or (starts and (i == 0 or self._line_parts(tokens[i - 1])[2])):
-                self._fences.append(i)
-        self._fenced_to = max(self._fenced_to, pos)
+            state, fences = self._scan(tokens[i], state)
+            self._fences.extend([i] * fences)
+        if pos > self._fenced_to:
+            self._line_state, self._fenced_to = state, pos
         return bisect_left(self._fences, pos) % 2 == 1
 
-    def _line_parts(self, token: int) -> tuple[bool, bool, bool]:
-        parts = self._lines.get(token)
-        if parts is None:
+    def _scan(self, token: int, state: _LineState) -> tuple[_LineState, int]:
+        """The fence scan over one token's text: the state after it, and the fence lines it opens."""
+        step = self._lines.get((token, state))
+        if step is None:
             assert self._text is not None
-            text = self._text(token)
-            parts = (text.lstrip(" \t").startswith(FENCE), "\n" + FENCE in text, text.endswith("\n"))
-            self._lines[token] = parts
-        return parts
+            start, ticks = state
+            fences = 0
+            for char in self._text(token):
+                if char == "\n":
+                    start, ticks = True, 0
+                elif start and char == "`":
+                    ticks += 1
+                    if ticks == FENCE_TICKS:  # the rest of the line (```python) says nothing more
+                        fences, start, ticks = fences + 1, False, 0
+                elif not (start and ticks == 0 and char in " \t"):
+                    start, ticks = False, 0
+            step = self._lines[(token, state)] = ((start, ticks), fences)
+        return step
 
     # --- following ----------------------------------------------------------------------------
 

@@ -185,17 +185,25 @@ class NgramDrafter:
         max_n: int = NGRAM_MAX_MATCH,
         memory: NgramMemory | None = None,
         text: TokenText | None = None,
+        markdown: bool = True,
     ) -> None:
         self._min_n, self._max_n = min_n, max_n
+        self._markdown = markdown
         self._index = NgramIndex(min_n, max_n)
         self._memory = memory
         self._prompt_len = 0
         self._cursor = CopyCursor(text)
 
     @classmethod
-    def for_auto(cls, memory: NgramMemory | None = None, text: TokenText | None = None) -> NgramDrafter:
-        """The lookup auto plans with (the engine's, and every replay's that predicts it)."""
-        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text)
+    def for_auto(
+        cls, memory: NgramMemory | None = None, text: TokenText | None = None, markdown: bool = True
+    ) -> NgramDrafter:
+        """The lookup auto plans with (the engine's, and every replay's that predicts it).
+
+        `markdown`: replies are Markdown, code in them fenced (a chat reply's; a raw completion's
+        or a fill-in-the-middle's text is not).
+        """
+        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text, markdown)
 
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         self._index = NgramIndex(self._min_n, self._max_n)
@@ -228,6 +236,11 @@ class NgramDrafter:
         if earlier.match_len > own.match_len and earlier.match_len >= self._min_n and earlier.tokens:
             return earlier
         return own
+
+    def in_prose(self, tokens: Sequence[int]) -> bool:
+        """Whether the reply's end (`tokens`, as last peeked) is known to lie in prose: a Markdown
+        reply outside its fenced code. False where that cannot be told (no text; not Markdown)."""
+        return self._markdown and self._cursor.reply_in_code(tokens) is False
 
     def _follow(self, own: NgramMatch, k: int) -> NgramMatch:
         """The copy cursor's draft (learned edits applied) where it has followed the reply at least
