@@ -45,7 +45,7 @@ from localspec.engine import speculative
 from localspec.engine.config import EXACT_VERIFY_BATCH, EngineConfig, LoadOptions
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.model import ModelDrafter
-from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import Draws
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
@@ -384,6 +384,20 @@ def test_in_prose_a_short_match_bets_only_what_the_request_can_afford_to_lose() 
     # Once a long quote's drafts have won, a short match in prose is bet on again.
     after_a_win, speed = bets([*fresh[:5], *doc[20:60], *fresh[5:10], *quote, *fresh[10:20]])
     assert after_a_win and speed > 1.1
+
+
+def test_auto_reads_earlier_requests_only_once_the_reply_has_begun() -> None:
+    # Every chat prompt ends in the same template tokens: at the reply's first step an earlier
+    # request's prompt matches this one's tail, and what followed it there is another reply.
+    memory = NgramMemory(capacity=1000)
+    template = [100, 101, 102, 103, 104, 105, 106, 107]
+    memory.remember([7, *template, 50, 51, 52, 53, 54, 55, 56, 57])
+    prompt = [8, 9, *template]
+    policy = AutoPolicy(OnlineCosts(GPU), NgramDrafter.for_auto(memory), None)
+    policy.choose(speculative.StepContext([*prompt, 50], 1 << 20, 0, len(prompt)))
+    assert policy._last is not None and policy._last.peek == ()
+    policy.choose(speculative.StepContext([*prompt, 50, 51], 1 << 20, 1, len(prompt)))
+    assert policy._last is not None and list(policy._last.peek[:3]) == [52, 53, 54]
 
 
 def test_online_costs_follow_what_steps_really_take() -> None:

@@ -206,6 +206,18 @@ def test_the_reply_is_in_prose_outside_the_code_blocks_it_fences_whatever_the_pr
     assert in_prose(markdown=False) == [False] * len(reply)
 
 
+def test_a_drafter_started_after_it_followed_the_reply_keeps_what_it_learned() -> None:
+    # auto peeks from the reply's first step; the engine starts the drafter at its first draft.
+    src, header = source(), list(range(50, 60))
+    prompt = [7, *header, *src, 8]
+    tokens = [*prompt, *header, *renamed(src[:17])]
+    drafter = NgramDrafter.for_auto()
+    for end in range(len(prompt) + 1, len(tokens) + 1):
+        drafter.peek(tokens[:end], 7)
+    drafter.start(prompt)
+    assert drafter.peek(tokens, 7).tokens == renamed(src[17:24])  # the renames made twice, applied
+
+
 def test_the_copy_goes_on_where_the_cursor_is_when_the_lookup_matches_as_long_elsewhere() -> None:
     # Two functions with one signature: the reply renames LO in the first's, and past the rename
     # the last tokens match both. The lookup drafts the later function's body (its latest

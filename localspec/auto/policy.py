@@ -267,6 +267,9 @@ class AutoPolicy:
         self._settle(ctx.tokens, now)
         if self._began is None:
             self._began = len(ctx.tokens)
+            if self._ngram is not None and ctx.prompt_len:
+                # It peeks from the first step on: it must know the prompt from the reply from then.
+                self._ngram.start(ctx.tokens[: ctx.prompt_len])
         options: list[Option] = []
         tie = self.near_tie
         peek: Sequence[int] = ()

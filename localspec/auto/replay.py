@@ -192,7 +192,7 @@ def replay(
     begin = clock.now
     while result.tokens < len(out):
         thinking = time.perf_counter()
-        drafter, k = policy.choose(StepContext(tokens, 1 << 30, result.steps))
+        drafter, k = policy.choose(StepContext(tokens, 1 << 30, result.steps, len(trace.prompt)))
         if charge_policy:
             clock.advance(time.perf_counter() - thinking)
         # As Generation stops at max_tokens and at its largest exact verify batch.

@@ -49,6 +49,8 @@ class StepContext:
     tokens: Sequence[int]
     room: int
     step: int
+    # Where the reply begins in tokens (after the prompt).
+    prompt_len: int = 0
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,7 @@ class Generation:
         if forced:
             self.policy.pause(self.tokens)
             return self._forced_step(forced)
-        drafter, k = self.policy.choose(StepContext(self.tokens, room, self.stats.steps))
+        drafter, k = self.policy.choose(StepContext(self.tokens, room, self.stats.steps, len(self.prompt)))
         k = min(k, limit)
         draft = self._draft(drafter, k) if drafter is not None and k > 0 else Draft()
         self.stats.steps += 1

@@ -97,6 +97,10 @@ class CopyCursor:
         self.reset()
         self._seen = self._reply_from = fed
 
+    def begin_reply(self, at: int) -> None:
+        """The reply begins at tokens[at] (what was fed before it is the prompt)."""
+        self._reply_from = at
+
     def reset(self) -> None:
         self.edits: dict[Key, Key] = {}
         self.confirmed: set[Key] = set()  # edits the reply has made twice

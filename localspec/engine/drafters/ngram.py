@@ -206,6 +206,18 @@ class NgramDrafter:
         return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text, markdown)
 
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
+        """A request with this prompt. Where the drafter has already followed it (auto peeks from
+        its first step, the engine starts a drafter at its first draft), what it has learned of
+        the reply is kept: the copy's place and the edits made so far."""
+        known = self._index.tokens
+        if (
+            self._prompt_len in (0, len(prompt))
+            and len(known) >= len(prompt)
+            and known[: len(prompt)] == list(prompt)
+        ):
+            self._prompt_len = len(prompt)
+            self._cursor.begin_reply(len(prompt))
+            return
         self._index = NgramIndex(self._min_n, self._max_n)
         self._index.extend(prompt)
         self._prompt_len = len(prompt)
