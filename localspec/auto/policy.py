@@ -268,7 +268,8 @@ class AutoPolicy:
         if self._began is None:
             self._began = len(ctx.tokens)
             if self._ngram is not None and ctx.prompt_len:
-                # It peeks from the first step on: it must know the prompt from the reply from then.
+                # Peeked at from the first step, it must know where the reply begins from then on
+                # (the engine starts a drafter only at its first draft).
                 self._ngram.start(ctx.tokens[: ctx.prompt_len])
         options: list[Option] = []
         tie = self.near_tie

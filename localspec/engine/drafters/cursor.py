@@ -223,7 +223,8 @@ class CopyCursor:
         return bisect_left(self._fences, pos) % 2 == 1
 
     def _scan(self, token: int, state: _LineState) -> tuple[_LineState, int]:
-        """The fence scan over one token's text: the state after it, and the fence lines it opens."""
+        """The fence scan over one token's text: the state after it, and the fence lines it ends
+        (the third backtick of a line's opening ``` in it)."""
         step = self._lines.get((token, state))
         if step is None:
             assert self._text is not None
