@@ -186,24 +186,22 @@ def test_the_reply_is_in_prose_outside_the_code_blocks_it_fences_whatever_the_pr
     prompt = [60, nl, fence, 62, nl, 63, 64, nl]  # a pasted file's opening fence, never closed
     reply = [70, 71, nl, fence, 72, nl, 73, 74, nl, fence, nl, 75]
 
-    def in_prose(markdown: bool = True, text: TokenText | None = text) -> list[bool]:
+    def in_prose(reply: list[int], text: TokenText | None = text, markdown: bool = True) -> list[bool]:
         drafter = NgramDrafter.for_auto(text=text, markdown=markdown)
         drafter.start(prompt)
         tokens = [*prompt, *reply]
         return [drafter.in_prose(tokens[:end]) for end in range(len(prompt) + 1, len(tokens) + 1)]
 
     # Prose, then from the opening fence to the closing one code, then prose again.
-    assert in_prose() == [True] * 3 + [False] * 6 + [True] * 3
+    assert in_prose(reply) == [True] * 3 + [False] * 6 + [True] * 3
+    # Not told: no text, or a completion's raw text (not Markdown).
+    assert in_prose(reply, text=None) == [False] * len(reply)
+    assert in_prose(reply, markdown=False) == [False] * len(reply)
     # A tokenizer that splits the backticks: the fence is the line's, not a token's.
     tick, ticks, indent = 908, 909, 910
-    text = texts({fence: "```", nl: "\n", tick: "`", ticks: "``", indent: "  "})
+    split = texts({nl: "\n", tick: "`", ticks: "``", indent: "  "})
     reply = [70, nl, indent, tick, ticks, 72, nl, 73, tick, ticks, nl, tick, ticks, nl, 75]
-    assert in_prose(text=text) == [True] * 4 + [False] * 8 + [True] * 3  # "73```" is no fence
-    reply = [70, nl, fence, 72, nl, 73, 74, nl, fence, nl, 75]
-    text = texts({fence: "```", nl: "\n"})
-    # Not told: no text, or a completion's raw text (not Markdown).
-    assert in_prose(text=None) == [False] * len(reply)
-    assert in_prose(markdown=False) == [False] * len(reply)
+    assert in_prose(reply, split) == [True] * 4 + [False] * 8 + [True] * 3  # "73```" is no fence
 
 
 def test_a_drafter_started_after_it_followed_the_reply_keeps_what_it_learned() -> None:

@@ -207,9 +207,8 @@ class CopyCursor:
         one open."""
         if self._text is None:
             return None
-        self._in_code(tokens, len(tokens))
-        fences = bisect_left(self._fences, len(tokens)) - bisect_left(self._fences, self._reply_from)
-        return fences % 2 == 1
+        # An odd number of fences between the reply's start and its end.
+        return self._in_code(tokens, len(tokens)) != self._in_code(tokens, self._reply_from)
 
     def _in_code(self, tokens: Sequence[int], pos: int) -> bool:
         """Whether tokens[pos] lies inside a fenced code block (after an odd number of fence lines;

@@ -209,12 +209,7 @@ class NgramDrafter:
         """A request with this prompt. Where the drafter has already followed it (auto peeks from
         its first step, the engine starts a drafter at its first draft), what it has learned of
         the reply is kept: the copy's place and the edits made so far."""
-        known = self._index.tokens
-        if (
-            self._prompt_len in (0, len(prompt))
-            and len(known) >= len(prompt)
-            and known[: len(prompt)] == list(prompt)
-        ):
+        if self._prompt_len in (0, len(prompt)) and self._index.tokens[: len(prompt)] == list(prompt):
             self._prompt_len = len(prompt)
             self._cursor.begin_reply(len(prompt))
             return
