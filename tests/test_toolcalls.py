@@ -8,8 +8,9 @@ tool's schema, and greedy output under the call grammar must be identical for ev
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import jsonschema_rs
 import pytest
@@ -17,7 +18,10 @@ import tinymodels
 from test_engine import TINY, make_engine
 
 from localspec.engine.constraint import GrammarTokenizer
+from localspec.engine.drafters.base import Draft
 from localspec.engine.llama import LlamaModel
+from localspec.engine.sampling import Draws
+from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.engine.toolcalls import (
     GENERIC,
     HERMES,
@@ -38,6 +42,7 @@ from localspec.types import (
     GenerationStats,
     Method,
     NamedTool,
+    SamplingParams,
     SpecParams,
     ToolCall,
     ToolChoice,
@@ -243,6 +248,67 @@ def test_in_auto_mode_an_opened_call_must_be_valid_and_its_start_is_drafted(tool
         model.close()
     # Markers spelled out in text cannot trigger anything reliably: no lazy grammar then.
     assert lazy_call_grammar(HERMES, (WEATHER,), True, lambda marker: None) is None
+
+
+class _Hindsight:
+    """Drafts the reply a plain run wrote, k tokens at a time: every draft is right."""
+
+    name = "ngram"
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = list(tokens)
+
+    def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
+        pass
+
+    def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
+        return Draft(self.tokens[len(tokens) : len(tokens) + k])
+
+
+def test_a_draft_under_a_grammar_stops_where_the_grammar_forces(tool_tokens: Path) -> None:
+    """The grammar drafts its forced tokens itself; a drafter's draft holds only the model's choices."""
+    model = LlamaModel(tool_tokens, TINY)
+    try:
+        request = GenerationRequest(
+            messages=(ChatMessage("user", "hi"),), tools=(WEATHER,), tool_choice="required"
+        )
+        grammar = call_grammar_for(model, HERMES, request)
+        assert grammar is not None
+        grammars = GrammarTokenizer(model)
+        prompt = model.tokenize("what is the weather in the cat sat on")
+
+        def generate(policy: FixedPolicy) -> tuple[Generation, list[tuple[int, list[int]]]]:
+            gen = Generation(
+                model, prompt, max_tokens=160, params=SamplingParams(), stop=(), policy=policy,
+                method="ngram", k=8, constraint=grammars.constraint(grammar),
+            )  # fmt: skip
+            verified: list[tuple[int, list[int]]] = []
+            verify = gen._verify
+
+            def spy(draft: Draft) -> Any:
+                verified.append((len(gen.tokens), list(draft.tokens)))
+                return verify(draft)
+
+            gen._verify = spy  # type: ignore[method-assign]
+            list(gen.run())
+            return gen, verified
+
+        base, _ = generate(FixedPolicy(None, 0))
+        assert base.result is not None
+        out, verified = generate(FixedPolicy(_Hindsight(base.tokens), 8))  # type: ignore[arg-type]
+        assert out.result is not None and out.result.token_ids == base.result.token_ids
+        # Where the grammar forces a token, along the reply.
+        walk, forced = grammars.constraint(grammar), set()
+        for i, token in enumerate(base.result.token_ids):
+            if walk.forced():
+                forced.add(len(prompt) + i)
+            walk.accept(token)
+        drafts = [(at, tokens) for at, tokens in verified if tokens and at not in forced]
+        assert sum(len(tokens) for _, tokens in drafts) >= 4  # the drafter really drafted
+        for at, tokens in drafts:
+            assert not forced & set(range(at + 1, at + len(tokens))), (at, tokens)
+    finally:
+        model.close()
 
 
 def test_auto_mode_under_its_grammar_is_identical_for_every_method(tool_tokens: Path) -> None:

@@ -124,6 +124,22 @@ class Constraint:
         """How many of `tokens`, from the first, the grammar would take now (nothing is consumed)."""
         return int(self._matcher.validate_tokens(list(tokens))) if tokens else 0
 
+    def free_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the first, come before a position where the grammar forces its
+        own token (`forced`), were they taken now (nothing is consumed; `tokens` must be a valid prefix)."""
+        taken = 0
+        try:
+            for token in tokens:
+                if taken and self._matcher.compute_ff_tokens():
+                    break
+                if not self._matcher.consume_token(token):
+                    raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")
+                taken += 1
+        finally:
+            if taken:
+                self._matcher.rollback(taken)
+        return taken
+
     def accept(self, token: int) -> None:
         if not self._matcher.consume_token(token):
             raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")

@@ -273,10 +273,16 @@ class Generation:
 
     def _within_grammar(self, draft: Draft) -> Draft:
         """Cut a draft at its first token the grammar forbids: the verify would reject it anyway
-        (the target's draw there is never that token), so the output is the same without it."""
+        (the target's draw there is never that token), so the output is the same without it.
+
+        Cut it too where the grammar starts forcing tokens: the next step drafts those for free.
+        A draft's tokens are the model's choices (a city, a unit), the uncertain ones, and a miss
+        among them would lose the forced run's verify with it: in a forced tool call, n-gram copies
+        through the call's forced keys drafted 15 tokens where 1 was right (auto 0.90x of none)."""
         if self.constraint is None:
             return draft
-        draft.tokens = draft.tokens[: self.constraint.valid_prefix(draft.tokens)]
+        valid = draft.tokens[: self.constraint.valid_prefix(draft.tokens)]
+        draft.tokens = valid[: self.constraint.free_prefix(valid)]
         return draft
 
     # --- verification -----------------------------------------------------------
