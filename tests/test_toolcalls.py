@@ -295,7 +295,7 @@ def test_a_draft_under_a_grammar_stops_where_the_grammar_forces(tool_tokens: Pat
 
         base, _ = generate(FixedPolicy(None, 0))
         assert base.result is not None
-        out, verified = generate(FixedPolicy(_Hindsight(base.tokens), 8))  # type: ignore[arg-type]
+        out, verified = generate(FixedPolicy(_Hindsight(base.tokens), 8))
         assert out.result is not None and out.result.token_ids == base.result.token_ids
         # Where the grammar forces a token, along the reply.
         walk, forced = grammars.constraint(grammar), set()
