@@ -275,10 +275,11 @@ class Generation:
         """Cut a draft at its first token the grammar forbids: the verify would reject it anyway
         (the target's draw there is never that token), so the output is the same without it.
 
-        Cut it too where the grammar starts forcing tokens: the next step drafts those for free.
-        A draft's tokens are the model's choices (a city, a unit), the uncertain ones, and a miss
-        among them would lose the forced run's verify with it: in a forced tool call, n-gram copies
-        through the call's forced keys drafted 15 tokens where 1 was right (auto 0.90x of none)."""
+        Cut it too where the grammar starts forcing tokens: the grammar drafts those itself at the
+        next step, always right. What is left is the model's own choices (a city, a unit), the
+        uncertain tokens, and a miss among them no longer loses the forced run's verify with them:
+        in a forced tool call, n-gram copies through the call's forced keys drafted 15 tokens where
+        1 was right (auto 0.90x of none)."""
         if self.constraint is None:
             return draft
         valid = draft.tokens[: self.constraint.valid_prefix(draft.tokens)]
