@@ -129,17 +129,22 @@ def jittered(data: dict[str, Any], seed: int, sd: float = JITTER_SD) -> dict[str
     return {**data, "curves": curves}
 
 
-def token_text(data: dict[str, Any], tokenizer: Path | None) -> TokenText | None:
-    """The tokens' text from the target's file, as the engine hands it to the copy cursor (None: none)."""
+def token_text(data: dict[str, Any], tokenizer: Path | None) -> tuple[TokenText | None, frozenset[int]]:
+    """The tokens' text and the end-of-generation tokens from the target's file, as the engine
+    hands them to the n-gram drafter (None and none without the file)."""
     path = tokenizer or (Path(data["target"]) if "target" in data else None)
     if path is None or not path.is_file():
         print("replaying without the tokens' text (no target file): pass --tokenizer", file=sys.stderr)
-        return None
-    return LlamaModel(path, LoadOptions(n_ctx=256)).piece_text
+        return None, frozenset()
+    model = LlamaModel(path, LoadOptions(n_ctx=256))
+    return model.piece_text, frozenset(model.eog_tokens())
 
 
 def replay_ratios(
-    data: dict[str, Any], context_costs: bool, text: TokenText | None = None
+    data: dict[str, Any],
+    context_costs: bool,
+    text: TokenText | None = None,
+    ends: frozenset[int] = frozenset(),
 ) -> dict[str, float]:
     """auto / none per prompt on the recording's machine, its requests sharing one OnlineCosts."""
     m = machine(data, context_costs)
@@ -149,7 +154,8 @@ def replay_ratios(
         trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
         plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
         clock = SimClock()
-        policy = AutoPolicy(costs, NgramDrafter.for_auto(text=text), None, near_tie_prior=0.0, clock=clock)
+        ngram = NgramDrafter.for_auto(text=text, ends=ends)
+        policy = AutoPolicy(costs, ngram, None, near_tie_prior=0.0, clock=clock)
         auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=data["max_tokens"])
         ratios[t["name"]] = auto.tokens_per_second / plain
     return ratios
@@ -157,8 +163,10 @@ def replay_ratios(
 
 def replay_all(args: argparse.Namespace) -> None:
     data = json.loads(args.traces.read_text(encoding="utf-8"))
-    text = token_text(data, args.tokenizer)
-    runs = [replay_ratios(jittered(data, seed), args.context_costs, text) for seed in range(args.jitter)]
+    text, ends = token_text(data, args.tokenizer)
+    runs = [
+        replay_ratios(jittered(data, seed), args.context_costs, text, ends) for seed in range(args.jitter)
+    ]
     m = machine(data, args.context_costs)
     by_kind: dict[str, list[float]] = defaultdict(list)
     spread = args.jitter > 1

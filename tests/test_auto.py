@@ -755,6 +755,18 @@ def test_engine_auto_reads_a_chat_reply_as_markdown_and_a_raw_completion_not(tin
         assert not in_prose(GenerationRequest(prompt="a = ", suffix="\n", speculative=auto), prose)
 
 
+def test_engine_n_gram_drafts_know_the_models_end_of_generation_tokens(tiny_target: Path) -> None:
+    # A draft stops at the first of them (NgramDrafter._until_end): the target's own, read at load.
+    with Engine(EngineConfig(target=tiny_target, method="none", load=TINY)) as engine:
+        engine.wait_ready()
+        assert engine._target is not None
+        ends = frozenset(engine._target.eog_tokens())
+        assert ends
+        chat = GenerationRequest(messages=(ChatMessage(role="user", content="hi"),))
+        for auto in (False, True):
+            assert engine._ngram(chat, auto=auto)._ends == ends
+
+
 def test_engine_with_a_fixed_default_method_calibrates_on_the_first_auto_request(
     tiny_target: Path, tiny_perfect_draft: Path
 ) -> None:

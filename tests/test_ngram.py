@@ -107,3 +107,19 @@ def test_drafter_uses_earlier_requests_only_after_its_own_reply_began() -> None:
     # The context's own longer match wins over memory.
     own = [*prompt, 50, 51, 60, 61, 62, 63, 64, 65, 66, 67, 68, 60, 61, 62, 63, 64, 65, 66, 67]
     assert drafter.peek(own, 2).tokens == [68, 60]
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_a_draft_ends_at_the_first_end_of_generation_token(auto: bool) -> None:
+    # The user's turn ends in 90 (end of turn), then the template's tokens and the reply; a reply
+    # that restates the question copies up to the turn's end and never past it.
+    end, question = 90, [10, 11, 12, 13, 14, 15, 16, 17, 18]
+    prompt = [1, 2, *question, end, 91, 92, 93]
+    reply = question[:6]
+    drafter = NgramDrafter.for_auto(ends=(end,)) if auto else NgramDrafter(ends=(end,))
+    drafter.start(prompt)
+    assert drafter.peek([*prompt, *reply], 16).tokens == [16, 17, 18, end]
+    # Without the end tokens known, the copy runs on into the template and the reply itself.
+    plain = NgramDrafter.for_auto() if auto else NgramDrafter()
+    plain.start(prompt)
+    assert plain.peek([*prompt, *reply], 16).tokens[:6] == [16, 17, 18, end, 91, 92]

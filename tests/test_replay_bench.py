@@ -55,11 +55,13 @@ def test_record_then_replay_on_the_tiny_model(
     assert [t["name"] for t in data["traces"]] == ["one", "two"]
     assert all(0 < len(t["output"]) <= 12 and t["prompt"] for t in data["traces"])
     assert data["long_prefix"] == 100 and len(data["curves"]["short"]) == len(data["curves"]["long"])
-    # The copy cursor reads the tokens' text, as in the engine: from the recorded target's file.
-    text = replay_bench.token_text(data, None)
+    # The copy cursor reads the tokens' text, and the drafter the end-of-generation tokens, as in
+    # the engine: from the recorded target's file.
+    text, ends = replay_bench.token_text(data, None)
     first = data["traces"][0]["output"][0]
-    assert text is not None and isinstance(text(first), str)
-    assert replay_bench.token_text({**data, "target": str(tmp_path / "gone.gguf")}, None) is None
+    assert text is not None and isinstance(text(first), str) and ends
+    gone = replay_bench.token_text({**data, "target": str(tmp_path / "gone.gguf")}, None)
+    assert gone == (None, frozenset())
     for flags in ((), ("--context-costs",)):
         run(replay_bench, monkeypatch, "replay", str(out), *flags)
         printed = capsys.readouterr().out

@@ -111,6 +111,7 @@ class Engine:
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
         self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
+        self._ends: frozenset[int] = frozenset()  # the target's end-of-generation tokens (at load)
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
         # Chat templates run in the renderer's child process, never on the engine thread.
@@ -240,6 +241,7 @@ class Engine:
             log.info("%s: %s", cfg.target.name, prefill)
         self.info.plain_prefill = self._target.plain_prefill
         self._template = chat_template(self._target)
+        self._ends = frozenset(self._target.eog_tokens())
         self.renderer.start()
         self.info.gpu_offload = gpu_offload_supported()
         self._drafters["ngram"] = NgramDrafter()  # listed here; each request gets its own (`_ngram`)
@@ -405,8 +407,8 @@ class Engine:
         # auto where a chat reply (Markdown) is in prose; a raw completion's text is not Markdown.
         text = self._target.piece_text
         if auto:
-            return NgramDrafter.for_auto(memory, text, markdown=bool(req.messages))
-        return NgramDrafter(memory=memory, text=text)
+            return NgramDrafter.for_auto(memory, text, markdown=bool(req.messages), ends=self._ends)
+        return NgramDrafter(memory=memory, text=text, ends=self._ends)
 
     def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
         from localspec.auto.costmodel import NGRAM_K_MAX
