@@ -132,8 +132,7 @@ class Constraint:
             for token in tokens:
                 if taken and self._matcher.compute_ff_tokens():
                     break
-                if not self._matcher.consume_token(token):
-                    raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")
+                self.accept(token)
                 taken += 1
         finally:
             if taken:
