@@ -744,7 +744,7 @@ def test_engine_auto_reads_a_chat_reply_as_markdown_and_a_raw_completion_not(tin
         code = engine._target.tokenize("Here it is:\n```python\nx = 1\n", add_special=False)
 
         def in_prose(req: GenerationRequest, tokens: list[int]) -> bool:
-            policy = engine._policy(req)[0]
+            policy = engine._policy(req, ())[0]
             assert isinstance(policy, AutoPolicy) and policy._ngram is not None
             return policy._ngram.in_prose(tokens)
 

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from localspec.engine.drafters.ngram import LONG_MATCH, NgramDrafter, NgramIndex, NgramMemory
+from localspec.engine.drafters.ngram import (
+    LONG_MATCH,
+    NgramDrafter,
+    NgramIndex,
+    NgramMemory,
+    json_string_text,
+)
 
 
 def test_proposes_what_followed_the_latest_match() -> None:
@@ -123,3 +131,38 @@ def test_a_draft_ends_at_the_first_end_of_generation_token(auto: bool) -> None:
     plain = NgramDrafter.for_auto() if auto else NgramDrafter()
     plain.start(prompt)
     assert plain.peek([*prompt, *reply], 16).tokens[:6] == [16, 17, 18, end, 91, 92]
+
+
+def test_json_string_text_is_what_a_json_string_holds_the_text_as() -> None:
+    text = 'def f(x):\n    return "é\\t"\n'
+    escaped = json_string_text(text)
+    assert escaped == 'def f(x):\\n    return \\"é\\\\t\\"\\n'
+    assert json.loads(f'"{escaped}"') == text
+    assert json_string_text("plain words, nothing escaped") is None
+
+
+def _chars(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_a_json_reply_copies_the_prompt_across_its_escaped_line_breaks(auto: bool) -> None:
+    # A reply that puts the prompt's code in a JSON string writes `\n` where the code breaks its
+    # lines: the context's own lookup matches back only to the last `\n`; the escaped text's
+    # matches across them and drafts the copy's next lines as the JSON string holds them.
+    code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    prompt = _chars(f"Put this in JSON:\n{code}")
+    escaped = json_string_text(code)
+    assert escaped is not None
+    copied = escaped.index("h):\\n    return 2")
+    reply = _chars('{"source": "' + escaped[:copied])
+    make = NgramDrafter.for_auto if auto else NgramDrafter
+    drafter = make(escaped=_chars(f"Put this in JSON:\\n{escaped}"))
+    drafter.start(prompt)
+    match = drafter.peek([*prompt, *reply], 16)
+    assert "".join(map(chr, match.tokens)) == escaped[copied : copied + 16]
+    assert match.match_len > 8
+    # Without it, the lookup copies the prompt's own line break, which a JSON string never holds.
+    plain = make()
+    plain.start(prompt)
+    assert "\n" in "".join(map(chr, plain.peek([*prompt, *reply], 16).tokens))

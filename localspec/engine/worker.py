@@ -13,7 +13,7 @@ import logging
 import queue
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -22,7 +22,7 @@ from localspec.engine.config import EngineConfig
 from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schema_grammar
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
-from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
+from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory, json_string_text
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
 from localspec.engine.prompting import chat_template, offered_tools, prompt_tokens
@@ -324,7 +324,7 @@ class Engine:
         tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req, self.renderer)
         constraint = self._constraint(req, tool_format)
-        policy, method, k, reason = self._policy(req)
+        policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
         gen = Generation(
@@ -376,12 +376,16 @@ class Engine:
             self._grammar_tokenizer = GrammarTokenizer(self._target)
         return self._grammar_tokenizer
 
-    def _policy(self, req: GenerationRequest) -> tuple[Policy, str, int, str | None]:
-        """A request's policy, method and k cap; a method that cannot run falls back to `none`, with why."""
+    def _policy(
+        self, req: GenerationRequest, prompt: Sequence[int], json_reply: bool = False
+    ) -> tuple[Policy, str, int, str | None]:
+        """A request's policy, method and k cap; a method that cannot run falls back to `none`, with why.
+        `json_reply`: a grammar holds the reply to JSON (a schema, a tool call)."""
         spec = req.speculative
         method = spec.method
+        escaped = self._escaped(prompt) if json_reply and method in ("auto", "ngram") else []
         if method == "auto":
-            policy = self._auto_policy(spec.k, self._ngram(req, auto=True))
+            policy = self._auto_policy(spec.k, self._ngram(req, escaped, auto=True))
             return policy, "auto", policy.k_max, None
         k = min(DEFAULT_K if spec.k is None else spec.k, self._k_limit())
         if method == "none":
@@ -391,15 +395,23 @@ class Engine:
                 return FixedPolicy(self._layerskip(), k), method, k, None
             except LocalspecError as exc:
                 return FixedPolicy(None, 0), "none", 0, f"layerskip unavailable: {exc.message}"
-        drafter = self._ngram(req) if method == "ngram" else self._drafters.get(method)
+        drafter = self._ngram(req, escaped) if method == "ngram" else self._drafters.get(method)
         if drafter is None:
             why = self.info.draft_error or "no draft model loaded (--draft FILE)"
             return FixedPolicy(None, 0), "none", 0, f"{method} unavailable: {why}"
         return FixedPolicy(drafter, k), method, k, None
 
-    def _ngram(self, req: GenerationRequest, auto: bool = False) -> NgramDrafter:
+    def _escaped(self, prompt: Sequence[int]) -> list[int]:
+        """The prompt's text as a JSON string holds it, tokenized (empty where nothing in it is
+        escaped): a JSON reply copies the prompt in that form (6 ms for 2,800 tokens on 2 cores)."""
+        assert self._target is not None
+        text = json_string_text(self._target.detokenize(prompt))
+        return [] if text is None else self._target.tokenize(text, add_special=False, parse_special=False)
+
+    def _ngram(self, req: GenerationRequest, escaped: Sequence[int] = (), auto: bool = False) -> NgramDrafter:
         """A request's n-gram drafter, reading earlier requests' text unless a seed must reproduce it:
-        sampled output depends on what was drafted, and memory changes from one request to the next."""
+        sampled output depends on what was drafted, and memory changes from one request to the next.
+        `escaped`: the prompt's escaped text, where the reply is JSON (`_escaped`)."""
         seeded = not req.sampling.greedy and req.sampling.seed is not None
         memory = None if seeded else self._ngram_memory
         assert self._target is not None
@@ -407,8 +419,10 @@ class Engine:
         # auto where a chat reply (Markdown) is in prose; a raw completion's text is not Markdown.
         text = self._target.piece_text
         if auto:
-            return NgramDrafter.for_auto(memory, text, markdown=bool(req.messages), ends=self._ends)
-        return NgramDrafter(memory=memory, text=text, ends=self._ends)
+            return NgramDrafter.for_auto(
+                memory, text, markdown=bool(req.messages), ends=self._ends, escaped=escaped
+            )
+        return NgramDrafter(memory=memory, text=text, ends=self._ends, escaped=escaped)
 
     def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
         from localspec.auto.costmodel import NGRAM_K_MAX
