@@ -1,11 +1,13 @@
 """How fast tool calls and JSON answers come out, per method, on the real pair (issue 20).
 
-Three kinds of constrained reply on Qwen2.5-Coder 1.5B with its 0.5B draft, greedy, fresh prompt
+Five kinds of constrained reply on Qwen2.5-Coder 1.5B with its 0.5B draft, greedy, fresh prompt
 evaluation, each method after `none` on the same request with no memory of earlier requests:
-a JSON answer to a schema, a forced (`tool_choice: required`) call, and a call the model chooses
-to make (`tool_choice: auto`). Prints decode tokens/s (the best round), its ratio to `none`'s best
-and the median of the ratios round by round (`paired`), target steps, the steps the grammar drafted,
-and whether the output equals `none`'s.
+a JSON answer to a schema, a forced (`tool_choice: required`) call, a call the model chooses
+to make (`tool_choice: auto`), and two JSON answers that copy code from the prompt into a string
+(a function's source verbatim from a real file, a whole file rewritten with type hints). Prints
+decode tokens/s (the best round), its ratio to `none`'s best and the median of the ratios round by
+round (`paired`), target steps, the steps the grammar drafted, and whether the output equals
+`none`'s.
 
     .venv/bin/python scripts/structured_bench.py --repeat 2 --json out.json
 """
@@ -13,10 +15,14 @@ and whether the output equals `none`'s.
 from __future__ import annotations
 
 import argparse
+import colorsys
+import inspect
 import json
+import nturl2path
 import statistics
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from localspec.engine.config import EngineConfig, LoadOptions
@@ -57,10 +63,13 @@ PERSON = {
 
 
 def requests() -> dict[str, GenerationRequest]:
-    def chat(text: str, **kw: Any) -> GenerationRequest:
+    def chat(text: str, max_tokens: int = 96, **kw: Any) -> GenerationRequest:
         return GenerationRequest(
-            messages=(ChatMessage("user", text),), max_tokens=96, cache_prompt=False, **kw
+            messages=(ChatMessage("user", text),), max_tokens=max_tokens, cache_prompt=False, **kw
         )
+
+    def fenced(module: ModuleType) -> str:
+        return f"```python\n{inspect.getsource(module)}\n```"
 
     required: ToolChoice = "required"
     return {
@@ -69,6 +78,28 @@ def requests() -> dict[str, GenerationRequest]:
             "What is the weather in Paris, in celsius?", tools=(WEATHER,), tool_choice=required
         ),
         "tool_auto": chat("What's the weather like in Tokyo right now? Use celsius.", tools=(WEATHER,)),
+        # The JSON string holds the code's line breaks escaped (`\n`): see NgramDrafter's `escaped`.
+        "json_copy": chat(
+            "Give the complete source code, verbatim, of the function that converts RGB to HLS in "
+            f"this file, as JSON with its name and source.\n\n{fenced(colorsys)}",
+            max_tokens=256,
+            json_schema=strings("name", "source"),
+        ),
+        "json_rewrite": chat(
+            "Add type hints to every function in nturl2path.py. Answer with JSON: the file's path and "
+            f"its complete updated source code as content.\n\nnturl2path.py:\n{fenced(nturl2path)}",
+            max_tokens=256,
+            json_schema=strings("path", "content"),
+        ),
+    }
+
+
+def strings(*names: str) -> dict[str, Any]:
+    """An object schema of required string fields."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in names},
+        "required": list(names),
     }
 
 
@@ -87,6 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default="none,ngram,draft,auto")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--replies", help="comma-separated replies to run (default: all)")
     parser.add_argument("--exact", action="store_true", help="batch-invariant loading")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -101,7 +133,10 @@ def main() -> None:
     report: dict[str, dict[str, Any]] = {}
     with Engine(EngineConfig(target, draft, load=load, ngram_memory_tokens=0)) as engine:
         engine.wait_ready()
-        for name, base_req in requests().items():
+        chosen = requests()
+        if args.replies:
+            chosen = {name: chosen[name] for name in args.replies.split(",")}
+        for name, base_req in chosen.items():
             best: dict[Method, GenerationResult] = {}
             rounds: dict[Method, list[float]] = {m: [] for m in methods}
             for _ in range(args.repeat):
