@@ -289,3 +289,26 @@ def test_the_ngram_drafter_drafts_renamed_names_the_lookup_alone_cannot() -> Non
     result = replay(trace, FixedPolicy(NgramDrafter(), 8), Machine(flat), charge_policy=False)
     assert result.accepted >= 0.8 * len(trace.output)
     assert result.steps < 0.25 * len(trace.output)
+
+
+def test_a_json_copy_s_renames_are_learned_and_drafted_through_its_escaped_line_breaks() -> None:
+    # The reply copies the source inside a JSON string, renaming LO and HI: its line breaks are the
+    # escaped text's (2, for `\n`), not the prompt's (1). The escaped text has its own copy cursor,
+    # which learns the renames there and drafts the next line renamed, escaped line break included.
+    header = list(range(50, 60))
+    src = [*header, *source(6)]
+    escaped = [2 if t == 1 else t for t in src]
+    prompt = [7, 7, *src, 8]
+    reply = [5, 6, *header, *renamed(escaped[10:26]), escaped[26]]
+    drafter = NgramDrafter(escaped=[7, 7, *escaped, 8])
+    drafter.start(prompt)
+    tokens = [*prompt, *reply]
+    for end in range(len(prompt) + 1, len(tokens) + 1):  # as the reply comes, token by token
+        drafter.peek(tokens[:end], 8)
+    assert drafter.peek(tokens, 7).tokens == renamed(escaped[27:34])
+    # The context's own lookup alone copies the old names, up to the prompt's own line break.
+    plain = NgramDrafter()
+    plain.start(prompt)
+    for end in range(len(prompt) + 1, len(tokens) + 1):
+        plain.peek(tokens[:end], 8)
+    assert plain.peek(tokens, 7).tokens != renamed(escaped[27:34])

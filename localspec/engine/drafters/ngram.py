@@ -207,13 +207,18 @@ class NgramDrafter:
         self._markdown = markdown
         self._ends = frozenset(ends)
         self._index = NgramIndex(min_n, max_n)
-        self._escaped: NgramIndex | None = None
-        if escaped:
-            self._escaped = NgramIndex(min_n, max_n)
-            self._escaped.extend(escaped)
         self._memory = memory
         self._prompt_len = 0
         self._cursor = CopyCursor(text)
+        # The escaped text with the reply after it: looked up, and followed by its own copy cursor
+        # (a JSON copy's edits are learned as a plain one's are), as the context is.
+        self._escaped: NgramIndex | None = None
+        self._escaped_len = len(escaped)
+        self._escaped_cursor = CopyCursor(text)
+        if escaped:
+            self._escaped = NgramIndex(min_n, max_n)
+            self._escaped.extend(escaped)
+            self._escaped_cursor.start(self._escaped_len)
 
     @classmethod
     def for_auto(
@@ -243,6 +248,9 @@ class NgramDrafter:
         self._index.extend(prompt)
         self._prompt_len = len(prompt)
         self._cursor.start(len(prompt))
+        if self._escaped is not None:  # the reply after it begins again
+            self._escaped.truncate(self._escaped_len)
+            self._escaped_cursor.start(self._escaped_len)
 
     def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         match = self.peek(tokens, k)
@@ -258,7 +266,8 @@ class NgramDrafter:
             self.start(tokens)
         else:
             self._index.extend(tokens[known:])
-        own = self._escaped_copy(tokens, k, self._follow(self._index.propose(k), k))
+        own = self._follow(self._index, self._cursor, self._index.propose(k), k)
+        own = self._escaped_copy(tokens, k, own)
         # Every chat prompt ends in the same template tokens, which an earlier request's prompt
         # ended in too: earlier requests count only once this reply has two tokens of its own.
         replied = len(tokens) - self._prompt_len
@@ -271,17 +280,21 @@ class NgramDrafter:
         return self._until_end(own)
 
     def _escaped_copy(self, tokens: Sequence[int], k: int, own: NgramMatch) -> NgramMatch:
-        """The prompt's escaped text's match where it reaches further back than the context's own.
+        """The draft from the prompt's escaped text where its match reaches further back than the
+        context's own (equal: the context's own).
 
         Inside a JSON string the reply writes `\\n` where the prompt has a line break, so the
         context's own lookup matches one line at a time (a file rewritten into a JSON answer: 16
-        drafting steps in 256 tokens); the escaped text matches across the lines. Equal lengths
-        keep the context's own: its copy cursor knows the reply's edits.
+        drafting steps in 256 tokens); the escaped text matches across the lines. Looked up with
+        the reply after it, as the context's own is, and indexed at the first lookup (58 ms for
+        16,000 tokens on 2 cores, as the context's own).
         """
-        if self._escaped is None:
+        view = self._escaped
+        if view is None:
             return own
-        self._escaped.index_all()
-        found = self._escaped.lookup(tokens, k)
+        written = len(view.tokens) - self._escaped_len
+        view.extend(tokens[self._prompt_len + written :])
+        found = self._follow(view, self._escaped_cursor, view.propose(k), k)
         return found if found.match_len > own.match_len and found.tokens else own
 
     def _until_end(self, match: NgramMatch) -> NgramMatch:
@@ -299,10 +312,10 @@ class NgramDrafter:
         reply outside its fenced code. False where that cannot be told (no text; not Markdown)."""
         return self._markdown and self._cursor.reply_in_code(tokens) is False
 
-    def _follow(self, own: NgramMatch, k: int) -> NgramMatch:
+    def _follow(self, index: NgramIndex, cursor: CopyCursor, own: NgramMatch, k: int) -> NgramMatch:
         """The copy cursor's draft (learned edits applied) where it has followed the reply at least
         as long as the lookup matched; otherwise the lookup's match, where the cursor moves."""
-        tokens, cursor = self._index.tokens, self._cursor
+        tokens = index.tokens
         cursor.feed(tokens)
         # The cursor trusts the matches a fixed method drafts on (5+ tokens), whatever this lookup
         # proposes: auto weighs 2-token matches, but a cursor anchored on one follows a chance
