@@ -166,3 +166,22 @@ def test_a_json_reply_copies_the_prompt_across_its_escaped_line_breaks(auto: boo
     plain = make()
     plain.start(prompt)
     assert "\n" in "".join(map(chr, plain.peek([*prompt, *reply], 16).tokens))
+
+
+def test_the_escaped_text_is_looked_up_once_the_reply_escapes_a_character() -> None:
+    # With tools offered, most replies are prose or a call with no escapes: the escaped text (as
+    # large as the prompt) is indexed only once the reply has written a backslash.
+    code = 'x = "a"\ny = x * 2\nprint(y)\n'
+    prompt = _chars(f"Run this with the tool.\n{code}")
+    escaped = json_string_text(code)
+    assert escaped is not None
+    drafter = NgramDrafter.for_auto(text=chr, escaped=_chars(f"Run this with the tool.\\n{escaped}"))
+    drafter.start(prompt)
+    call = _chars('{"name": "run", "arguments": {"code": "x = ')
+    tokens = [*prompt, *call]
+    for end in range(len(prompt) + 1, len(tokens) + 1):
+        drafter.peek(tokens[:end], 8)
+    assert drafter._escaped is not None and drafter._escaped._indexed == 0
+    # Its first escape: from then on the copy is drafted as the JSON string holds it.
+    tokens += _chars('\\"a\\"\\ny = x')
+    assert "".join(map(chr, drafter.peek(tokens, 8).tokens)) == " * 2\\npr"
