@@ -6,6 +6,7 @@ from localspec.auto.costmodel import Curve
 from localspec.auto.replay import Machine, Trace, replay
 from localspec.engine.drafters.cursor import GIVE_UP, RESYNC, CopyCursor, TokenText
 from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.views import PromptView
 from localspec.engine.speculative import FixedPolicy
 
 LO, LOW, HI, HIGH = 900, 901, 902, 903
@@ -300,7 +301,7 @@ def test_a_json_copy_s_renames_are_learned_and_drafted_through_its_escaped_line_
     escaped = [2 if t == 1 else t for t in src]
     prompt = [7, 7, *src, 8]
     reply = [5, 6, *header, *renamed(escaped[10:26]), escaped[26]]
-    drafter = NgramDrafter(escaped=[7, 7, *escaped, 8])
+    drafter = NgramDrafter(views=[PromptView([7, 7, *escaped, 8], escaped=True)])
     drafter.start(prompt)
     tokens = [*prompt, *reply]
     for end in range(len(prompt) + 1, len(tokens) + 1):  # as the reply comes, token by token

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from localspec.engine.drafters.ngram import (
-    LONG_MATCH,
-    NgramDrafter,
-    NgramIndex,
-    NgramMemory,
-    json_string_text,
-)
+from localspec.engine.drafters.ngram import LONG_MATCH, NgramDrafter, NgramIndex, NgramMemory
+from localspec.engine.drafters.views import PromptView, json_string_text
 
 
 def test_proposes_what_followed_the_latest_match() -> None:
@@ -133,14 +126,6 @@ def test_a_draft_ends_at_the_first_end_of_generation_token(auto: bool) -> None:
     assert plain.peek([*prompt, *reply], 16).tokens[:6] == [16, 17, 18, end, 91, 92]
 
 
-def test_json_string_text_is_what_a_json_string_holds_the_text_as() -> None:
-    text = 'def f(x):\n    return "é\\t"\n'
-    escaped = json_string_text(text)
-    assert escaped == 'def f(x):\\n    return \\"é\\\\t\\"\\n'
-    assert json.loads(f'"{escaped}"') == text
-    assert json_string_text("plain words, nothing escaped") is None
-
-
 def _chars(text: str) -> list[int]:
     return [ord(c) for c in text]
 
@@ -157,7 +142,7 @@ def test_a_json_reply_copies_the_prompt_across_its_escaped_line_breaks(auto: boo
     copied = escaped.index("h):\\n    return 2")
     reply = _chars('{"source": "' + escaped[:copied])
     make = NgramDrafter.for_auto if auto else NgramDrafter
-    drafter = make(escaped=_chars(f"Put this in JSON:\\n{escaped}"))
+    drafter = make(views=[PromptView(_chars(f"Put this in JSON:\\n{escaped}"), escaped=True)])
     drafter.start(prompt)
     match = drafter.peek([*prompt, *reply], 16)
     assert "".join(map(chr, match.tokens)) == escaped[copied : copied + 16]
@@ -175,13 +160,14 @@ def test_the_escaped_text_is_looked_up_once_the_reply_escapes_a_character() -> N
     prompt = _chars(f"Run this with the tool.\n{code}")
     escaped = json_string_text(code)
     assert escaped is not None
-    drafter = NgramDrafter.for_auto(text=chr, escaped=_chars(f"Run this with the tool.\\n{escaped}"))
+    view = PromptView(_chars(f"Run this with the tool.\\n{escaped}"), escaped=True)
+    drafter = NgramDrafter.for_auto(text=chr, views=[view])
     drafter.start(prompt)
     call = _chars('{"name": "run", "arguments": {"code": "x = ')
     tokens = [*prompt, *call]
     for end in range(len(prompt) + 1, len(tokens) + 1):
         drafter.peek(tokens[:end], 8)
-    assert drafter._escaped is not None and drafter._escaped._indexed == 0
+    assert drafter._views[0].index._indexed == 0
     # Its first escape: from then on the copy is drafted as the JSON string holds it.
     tokens += _chars('\\"a\\"\\ny = x')
     assert "".join(map(chr, drafter.peek(tokens, 8).tokens)) == " * 2\\npr"

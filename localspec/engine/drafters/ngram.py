@@ -5,21 +5,21 @@ so the text that followed the same few tokens last time is often the text that
 comes next. The index is updated incrementally: each step costs a few dict
 operations, not a scan of the context. `NgramMemory` extends the lookup across
 requests: agent loops and editors send the same code again in new prompts, and
-models re-emit what an earlier reply wrote. A reply that is JSON (a tool call's
-arguments, an answer to a schema) copies the prompt's text as a JSON string, its
-line breaks and quotes escaped: `json_string_text` gives the text that copy is
-made of, and the drafter looks it up beside the context (`escaped`).
+models re-emit what an earlier reply wrote. A reply that copies the prompt in
+another form (inside a JSON string, or without the line numbers an agent's file
+view shows) is looked up in that form too: the drafter takes the prompt's other
+forms (`views`, see views.py) and looks each up beside the context.
 """
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.cursor import CopyCursor, TokenText
+from localspec.engine.drafters.views import PromptView
 from localspec.engine.sampling import Draws
 from localspec.types import SamplingParams
 
@@ -108,13 +108,6 @@ class NgramIndex:
         return n
 
 
-def json_string_text(text: str) -> str | None:
-    """`text` as a JSON string's body holds it (quotes, backslashes and control characters escaped;
-    other characters as they are, as models write them); None where that is `text` itself."""
-    body = json.dumps(text, ensure_ascii=False)[1:-1]
-    return None if body == text else body
-
-
 # Between two remembered token sequences: no n-gram spans it, no continuation crosses it.
 SEPARATOR = -1
 # How far back a match of max_n tokens is followed to measure its real length (its evidence).
@@ -198,11 +191,10 @@ class NgramDrafter:
         text: TokenText | None = None,
         markdown: bool = True,
         ends: Collection[int] = (),
-        escaped: Sequence[int] = (),
+        views: Sequence[PromptView] = (),
     ) -> None:
         """`ends`: the model's end-of-generation tokens (a draft stops at the first one).
-        `escaped`: the prompt's text as a JSON string holds it (`json_string_text`), tokenized, for
-        a reply that copies the prompt inside JSON; empty where the reply is not JSON."""
+        `views`: the prompt's text in the other forms a reply may copy it in (views.py), tokenized."""
         self._min_n, self._max_n = min_n, max_n
         self._markdown = markdown
         self._ends = frozenset(ends)
@@ -210,17 +202,9 @@ class NgramDrafter:
         self._memory = memory
         self._prompt_len = 0
         self._cursor = CopyCursor(text)
-        # The escaped text with the reply after it: looked up, and followed by its own copy cursor
-        # (a JSON copy's edits are learned as a plain one's are), as the context is.
-        self._escaped: NgramIndex | None = None
-        self._escaped_len = len(escaped)
-        self._escaped_cursor = CopyCursor(text)
+        self._views = [_View(view, min_n, max_n, text) for view in views if view.tokens]
         self._text = text
-        self._escaping = text is None  # whether the reply has escaped a character (see _escaped_copy)
-        if escaped:
-            self._escaped = NgramIndex(min_n, max_n)
-            self._escaped.extend(escaped)
-            self._escaped_cursor.start(self._escaped_len)
+        self._escaping = text is None  # whether the reply has escaped a character (see _view_copy)
 
     @classmethod
     def for_auto(
@@ -229,14 +213,14 @@ class NgramDrafter:
         text: TokenText | None = None,
         markdown: bool = True,
         ends: Collection[int] = (),
-        escaped: Sequence[int] = (),
+        views: Sequence[PromptView] = (),
     ) -> NgramDrafter:
         """The lookup auto plans with (the engine's, and every replay's that predicts it).
 
         `markdown`: replies are Markdown, code in them fenced (a chat reply's; a raw completion's
         or a fill-in-the-middle's text is not).
         """
-        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text, markdown, ends, escaped)
+        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text, markdown, ends, views)
 
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         """A request with this prompt. Where the drafter has already followed it (auto peeks from
@@ -250,10 +234,9 @@ class NgramDrafter:
         self._index.extend(prompt)
         self._prompt_len = len(prompt)
         self._cursor.start(len(prompt))
-        if self._escaped is not None:  # the reply after it begins again
-            self._escaped.truncate(self._escaped_len)
-            self._escaped_cursor.start(self._escaped_len)
-            self._escaping = self._text is None
+        for view in self._views:  # the reply after each begins again
+            view.restart()
+        self._escaping = self._text is None
 
     def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         match = self.peek(tokens, k)
@@ -270,7 +253,7 @@ class NgramDrafter:
         else:
             self._index.extend(tokens[known:])
         own = self._follow(self._index, self._cursor, self._index.propose(k), k)
-        own = self._escaped_copy(tokens, k, own)
+        own = self._view_copy(tokens, k, own)
         # Every chat prompt ends in the same template tokens, which an earlier request's prompt
         # ended in too: earlier requests count only once this reply has two tokens of its own.
         replied = len(tokens) - self._prompt_len
@@ -282,32 +265,37 @@ class NgramDrafter:
             return self._until_end(earlier)
         return self._until_end(own)
 
-    def _escaped_copy(self, tokens: Sequence[int], k: int, own: NgramMatch) -> NgramMatch:
-        """The draft from the prompt's escaped text where its match reaches further back than the
-        context's own (equal: the context's own).
+    def _view_copy(self, tokens: Sequence[int], k: int, own: NgramMatch) -> NgramMatch:
+        """The draft from the prompt's other form whose match reaches furthest back, where it reaches
+        further than the context's own (equal: the context's own).
 
-        Inside a JSON string the reply writes `\\n` where the prompt has a line break, so the
-        context's own lookup matches one line at a time (a file rewritten into a JSON answer: 16
-        drafting steps in 256 tokens); the escaped text matches across the lines. Looked up with
-        the reply after it, as the context's own is, and indexed at the first lookup (58 ms for
-        16,000 tokens on 2 cores, as the context's own). Where the tokens' text is known, not before
-        the reply has written a backslash: the escaped text differs from the prompt's only at its
-        escapes, and a reply with tools offered is mostly prose or a call with no escapes in it.
+        Where the reply copies the prompt in another form, the context's own lookup matches one line
+        at a time: inside a JSON string the reply writes `\\n` where the prompt has a line break (a
+        file rewritten into a JSON answer: 16 drafting steps in 256 tokens), and a file an agent was
+        shown numbered is written back without its numbers; the view matches across the lines.
+        Each view is looked up with the reply after it, as the context is, and indexed at its first
+        lookup (58 ms for 16,000 tokens on 2 cores, as the context's own). Escaped views, where the
+        tokens' text is known, not before the reply has written a backslash: they differ from the
+        prompt only at its escapes, and a reply with tools offered is mostly prose or a call with no
+        escapes in it.
         """
-        view = self._escaped
-        if view is None:
+        if not self._views:
             return own
-        written = len(view.tokens) - self._escaped_len
+        written = len(self._views[0].index.tokens) - self._views[0].base
         new = tokens[self._prompt_len + written :]
-        view.extend(new)
         if not self._escaping:
             text = self._text
             assert text is not None
             self._escaping = any("\\" in text(token) for token in new)
-            if not self._escaping:
-                return own
-        found = self._follow(view, self._escaped_cursor, view.propose(k), k)
-        return found if found.match_len > own.match_len and found.tokens else own
+        best = own
+        for view in self._views:
+            view.index.extend(new)
+            if view.escaped and not self._escaping:
+                continue
+            found = self._follow(view.index, view.cursor, view.index.propose(k), k)
+            if found.match_len > best.match_len and found.tokens:
+                best = found
+        return best
 
     def _until_end(self, match: NgramMatch) -> NgramMatch:
         """The match up to its first end-of-generation token, that one kept: if it is right the
@@ -349,3 +337,21 @@ class NgramDrafter:
             if follow or cursor.held:  # held at its first token: no draft (the lookup would copy the old one)
                 return NgramMatch(follow, min(cursor.run, LONG_MATCH), cursor.pos or 0)
         return own
+
+
+class _View:
+    """One of the prompt's other forms with the reply after it: looked up, and followed by its own
+    copy cursor (a copy's edits are learned in that form as in the context's)."""
+
+    def __init__(self, view: PromptView, min_n: int, max_n: int, text: TokenText | None) -> None:
+        self.escaped = view.escaped
+        self.base = len(view.tokens)
+        self.index = NgramIndex(min_n, max_n)
+        self.index.extend(view.tokens)
+        self.cursor = CopyCursor(text)
+        self.cursor.start(self.base)
+
+    def restart(self) -> None:
+        """A new reply after the same prompt."""
+        self.index.truncate(self.base)
+        self.cursor.start(self.base)

@@ -1,0 +1,98 @@
+"""Other forms of the prompt's text that a reply copies, for the n-gram drafter to look up beside it.
+
+A reply copies the prompt, but not always in the prompt's own form, and then the lookup matches
+at most a line at a time (each line break differs):
+- a JSON reply (a tool call's arguments, an answer to a schema) holds the copy as a JSON string,
+  its line breaks and quotes escaped (`json_string_text`);
+- coding agents show a file to the model with its lines numbered (`cat -n` and `nl -ba`: the
+  number, then a tab; Claude Code's Read: then `→`; SWE-agent's viewer: then `:`), and the model
+  writes the lines back without the numbers, in a code block or a tool call's arguments
+  (`unnumbered_text`).
+Pure functions over text: the engine tokenizes what they give (`view_texts`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PromptView:
+    """The prompt's text in another form, tokenized. `escaped`: the form a JSON string holds (only
+    a reply that has escaped a character copies it, so it is looked up once the reply has)."""
+
+    tokens: Sequence[int]
+    escaped: bool = False
+
+
+def json_string_text(text: str) -> str | None:
+    """`text` as a JSON string's body holds it (quotes, backslashes and control characters escaped;
+    other characters as they are, as models write them); None where that is `text` itself."""
+    body = json.dumps(text, ensure_ascii=False)[1:-1]
+    return None if body == text else body
+
+
+# A numbered line: spaces, its number, and the mark after it.
+_NUMBERED = re.compile(r" *(\d{1,7})(\t|→|:)")
+# Lines numbered in a row: fewer is a list or a few timestamps as likely as a file's view.
+MIN_NUMBERED_RUN = 3
+# Three lines in a row numbered with one mark: a cheap test before anything is split or decoded.
+_RUN_HINT = re.compile(r"^ *\d{1,7}(\t|→|:).*\n *\d{1,7}\1.*\n *\d{1,7}\1", re.MULTILINE)
+
+
+def has_numbered_lines(text: str) -> bool:
+    """Whether `text` may hold numbered lines (`unnumbered_text` says for sure), at a regex's cost."""
+    return _RUN_HINT.search(text) is not None
+
+
+def unnumbered_text(text: str) -> str | None:
+    """`text` with the numbers taken off every run of lines numbered one after the other (at least
+    MIN_NUMBERED_RUN, one mark after the numbers; blank lines unnumbered inside a run, as `nl`
+    leaves them, keep it going); None where no run is found."""
+    lines = text.split("\n")
+    out = list(lines)
+    run: list[tuple[int, int]] = []  # (line, where its text begins) of the current run
+    mark, expect = "", -1
+    found = False
+
+    def close() -> None:
+        nonlocal found
+        if len(run) >= MIN_NUMBERED_RUN:
+            found = True
+            for i, begin in run:
+                out[i] = lines[i][begin:]
+        run.clear()
+
+    for i, line in enumerate(lines):
+        m = _NUMBERED.match(line)
+        if m is not None and m.group(2) == mark and int(m.group(1)) == expect:
+            run.append((i, m.end()))
+            expect += 1
+        elif m is not None:
+            close()
+            run.append((i, m.end()))
+            mark, expect = m.group(2), int(m.group(1)) + 1
+        elif run and not line.strip():
+            continue
+        else:
+            close()
+            mark, expect = "", -1
+    close()
+    return "\n".join(out) if found else None
+
+
+def view_texts(text: str, json_reply: bool) -> list[tuple[str, bool]]:
+    """The forms of the prompt's `text` a reply may copy besides its own, each with whether it is
+    escaped: the text unnumbered, for any reply; for a JSON reply, the text and the unnumbered text
+    as a JSON string holds them."""
+    unnumbered = unnumbered_text(text) if has_numbered_lines(text) else None
+    views: list[tuple[str, bool]] = [] if unnumbered is None else [(unnumbered, False)]
+    if json_reply:
+        for form in (text, unnumbered):
+            escaped = None if form is None else json_string_text(form)
+            if escaped is not None:
+                views.append((escaped, True))
+    return views

@@ -1,0 +1,106 @@
+"""The prompt's other forms a reply copies: JSON-escaped, and with an agent's line numbers taken off."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.views import (
+    PromptView,
+    has_numbered_lines,
+    json_string_text,
+    unnumbered_text,
+    view_texts,
+)
+
+CODE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+
+
+def numbered(text: str, mark: str, first: int = 1) -> str:
+    """`text` as `cat -n` (mark a tab), Claude Code's Read (`→`) or SWE-agent (`:`) show it."""
+    return "\n".join(f"{i:6d}{mark}{line}" for i, line in enumerate(text.split("\n"), first))
+
+
+def test_json_string_text_is_what_a_json_string_holds_the_text_as() -> None:
+    text = 'def f(x):\n    return "é\\t"\n'
+    escaped = json_string_text(text)
+    assert escaped == 'def f(x):\\n    return \\"é\\\\t\\"\\n'
+    assert json.loads(f'"{escaped}"') == text
+    assert json_string_text("plain words, nothing escaped") is None
+
+
+@pytest.mark.parametrize("mark", ["\t", "→", ":"])
+def test_numbered_lines_are_taken_back_to_the_file_s_own(mark: str) -> None:
+    text = f"I ran `cat -n shapes.py`:\n\n{numbered(CODE, mark, first=40)}\n\nRename w to width."
+    assert has_numbered_lines(text)
+    assert unnumbered_text(text) == f"I ran `cat -n shapes.py`:\n\n{CODE}\n\nRename w to width."
+
+
+def test_nl_s_unnumbered_blank_lines_keep_a_run_going() -> None:
+    view = "     1\tdef f():\n\n     2\t    x = 1\n       \n     3\t    return x"
+    assert unnumbered_text(view) == "def f():\n\n    x = 1\n       \n    return x"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1: eggs\n2: flour\nthen bake",  # two lines: a list as likely as a file
+        "     1\tx = 1\n     3\ty = 2\n     4\tz = 3",  # not one after the other
+        "     1\tx = 1\n     2:y = 2\n     3\tz = 3",  # two marks
+        "Meeting at 10:30\nLunch at 12:00\nDone by 17:45",  # numbers inside lines
+        CODE,
+    ],
+)
+def test_text_without_a_numbered_run_has_no_unnumbered_form(text: str) -> None:
+    assert unnumbered_text(text) is None
+
+
+def test_two_runs_are_each_unnumbered_and_the_text_between_kept() -> None:
+    first, second = numbered("a\nb\nc", "\t"), numbered("x\ny\nz", "\t", first=90)
+    text = f"{first}\nand later:\n{second}"
+    assert unnumbered_text(text) == "a\nb\nc\nand later:\nx\ny\nz"
+
+
+def test_view_texts_by_reply_and_prompt() -> None:
+    shown = numbered(CODE, "→")
+    plain = json_string_text(CODE)
+    assert plain is not None
+    assert view_texts(CODE, json_reply=False) == []
+    assert view_texts(CODE, json_reply=True) == [(plain, True)]
+    assert view_texts(shown, json_reply=False) == [(CODE, False)]
+    escaped_view = json_string_text(shown)
+    assert escaped_view is not None
+    assert view_texts(shown, json_reply=True) == [(CODE, False), (escaped_view, True), (plain, True)]
+
+
+def _chars(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_a_reply_writing_a_numbered_file_back_drafts_across_its_lines(auto: bool) -> None:
+    # An agent showed the file numbered: the reply writes its lines without the numbers, so the
+    # context's own lookup matches back only to the line's start and then proposes the next line's
+    # number; the unnumbered view matches across the lines and drafts the next one as it is.
+    shown = numbered(CODE, "\t")
+    prompt_text = f"cat -n shapes.py\n{shown}\nAdd docstrings."
+    prompt = _chars(prompt_text)
+    unnumbered = unnumbered_text(prompt_text)
+    assert unnumbered is not None
+    copied = CODE.index("h):\n    return 2")
+    reply = _chars("```python\n" + CODE[:copied])
+    make = NgramDrafter.for_auto if auto else NgramDrafter
+    drafter = make(text=chr, views=[PromptView(_chars(unnumbered))])
+    drafter.start(prompt)
+    tokens = [*prompt, *reply]
+    for end in range(len(prompt) + 1, len(tokens) + 1):  # as the reply comes, token by token
+        drafter.peek(tokens[:end], 16)
+    match = drafter.peek(tokens, 16)
+    assert "".join(map(chr, match.tokens)) == CODE[copied : copied + 16]
+    assert match.match_len > 8
+    # Without it, the lookup copies the line's number after its break.
+    plain = make(text=chr)
+    plain.start(prompt)
+    assert "     6\t" in "".join(map(chr, plain.peek(tokens, 16).tokens))
