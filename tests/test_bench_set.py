@@ -20,12 +20,14 @@ from localspec.engine.benchset import (
     parse_bench_set,
     select_kinds,
 )
+from localspec.engine.drafters.views import unnumbered_text
 from localspec.errors import UserInputError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import benchset_sources  # noqa: E402
+import make_agent_set  # noqa: E402
 import make_bench_set  # noqa: E402
 
 BENCH_SET = SCRIPTS / "bench_set.json"
@@ -48,6 +50,22 @@ def test_the_committed_set_is_what_the_script_builds() -> None:
         pytest.skip(f"built from {benchset_sources.BUILT_WITH}, not what is installed here")
     rebuilt = make_bench_set.render(make_bench_set.build())
     assert rebuilt == BENCH_SET.read_text(encoding="utf-8")
+
+
+def test_the_agent_set_is_the_code_edits_with_their_files_shown_numbered() -> None:
+    agent_set = SCRIPTS / "agent_set.json"
+    assert json.dumps(make_agent_set.build(), indent=1, ensure_ascii=False) + "\n" == agent_set.read_text()
+    edits = [p for p in load_bench_set(BENCH_SET) if p.kind == "code_edit"]
+    prompts = load_bench_set(agent_set)
+    assert [p.name for p in prompts] == [e.name.replace("edit_", "agent_") for e in edits]
+    shown = [p.messages[-1].content for p in prompts]
+    assert all(any(f"     1{mark}" in text for text in shown) for mark in ("\t", "→", ":"))
+    for edit, agent, text in zip(edits, prompts, shown, strict=True):
+        # The same file and ask: the engine's unnumbered form of the prompt holds the file as it was.
+        file = edit.messages[-1].content.split("```python\n")[-1].removesuffix("\n```")
+        unnumbered = unnumbered_text(text)
+        assert unnumbered is not None and unnumbered.endswith(f"\n{file}"), agent.name
+        assert text.startswith(edit.messages[-1].content.split("\n\n```python")[0])
 
 
 def test_the_older_name_to_text_format_still_loads() -> None:
