@@ -9,6 +9,9 @@
     .venv/bin/python scripts/replay_bench.py replay traces.json --context-costs
     # ... and on 8 machines whose curves are each a few percent off: each prompt's mean, min and max
     .venv/bin/python scripts/replay_bench.py replay traces.json --context-costs --jitter 8
+    # the agent set (files shown numbered), with and without the prompt's unnumbered form
+    .venv/bin/python scripts/replay_bench.py record --prompts scripts/agent_set.json --out agent.json
+    .venv/bin/python scripts/replay_bench.py replay agent.json --context-costs --jitter 8 [--no-views]
     # (the copy cursor reads the tokens' text, as in the engine, from the recorded target's file,
     #  or --tokenizer FILE for a recording made before it was kept)
 
@@ -43,9 +46,10 @@ from localspec.engine.benchset import load_bench_set
 from localspec.engine.config import LoadOptions
 from localspec.engine.drafters.cursor import TokenText
 from localspec.engine.drafters.ngram import NgramDrafter
+from localspec.engine.drafters.views import PromptView
 from localspec.engine.llama import LlamaModel
 from localspec.engine.prefill import attach_plain_prefill
-from localspec.engine.prompting import prompt_tokens
+from localspec.engine.prompting import prompt_forms, prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.paths import Paths
 from localspec.types import GenerationRequest, SamplingParams
@@ -78,7 +82,14 @@ def record(args: argparse.Namespace) -> None:
             pass
         assert gen.result is not None
         output = list(gen.result.token_ids)
-        traces.append({"name": p.name, "kind": p.kind, "prompt": list(prompt), "output": output})
+        # The prompt's other forms, as the engine gives them to the n-gram drafter (chat replies here).
+        request = GenerationRequest(messages=tuple(p.messages))
+        forms = prompt_forms(model, request, prompt, json_reply=False)
+        views = [{"tokens": list(v.tokens), "escaped": v.escaped} for v in forms.views]
+        traces.append(
+            {"name": p.name, "kind": p.kind, "prompt": list(prompt), "output": output, "views": views,
+             "skipped": sorted(forms.skipped)}
+        )  # fmt: skip
         print(
             f"[{i}/{len(prompts)}] {p.name}: {len(prompt)} prompt tokens, {len(output)} generated",
             file=sys.stderr,
@@ -145,8 +156,11 @@ def replay_ratios(
     context_costs: bool,
     text: TokenText | None = None,
     ends: frozenset[int] = frozenset(),
+    views: bool = True,
 ) -> dict[str, float]:
-    """auto / none per prompt on the recording's machine, its requests sharing one OnlineCosts."""
+    """auto / none per prompt on the recording's machine, its requests sharing one OnlineCosts.
+    `views`: the n-gram drafter looks up the prompt's other forms the recording holds, as the engine's
+    does."""
     m = machine(data, context_costs)
     costs = OnlineCosts(m.verify)  # shared by every request, as in the engine
     ratios: dict[str, float] = {}
@@ -154,7 +168,9 @@ def replay_ratios(
         trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
         plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
         clock = SimClock()
-        ngram = NgramDrafter.for_auto(text=text, ends=ends)
+        forms = [PromptView(v["tokens"], v["escaped"]) for v in t.get("views", [])] if views else []
+        skipped = t.get("skipped", []) if views else []
+        ngram = NgramDrafter.for_auto(text=text, ends=ends, views=forms, skipped=skipped)
         policy = AutoPolicy(costs, ngram, None, near_tie_prior=0.0, clock=clock)
         auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=data["max_tokens"])
         ratios[t["name"]] = auto.tokens_per_second / plain
@@ -165,7 +181,8 @@ def replay_all(args: argparse.Namespace) -> None:
     data = json.loads(args.traces.read_text(encoding="utf-8"))
     text, ends = token_text(data, args.tokenizer)
     runs = [
-        replay_ratios(jittered(data, seed), args.context_costs, text, ends) for seed in range(args.jitter)
+        replay_ratios(jittered(data, seed), args.context_costs, text, ends, not args.no_views)
+        for seed in range(args.jitter)
     ]
     m = machine(data, args.context_costs)
     by_kind: dict[str, list[float]] = defaultdict(list)
@@ -229,6 +246,9 @@ def main() -> None:
         help=f"replay on N machines: the recorded one, then N - 1 with each timed point off by "
         f"N(0, {JITTER_SD * 100:.0f}%%)",
     )  # fmt: skip
+    rep.add_argument(
+        "--no-views", action="store_true", help="look up the context alone (not the prompt's other forms)"
+    )
     args = ap.parse_args()
     if args.command == "record":
         record(args)

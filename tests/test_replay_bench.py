@@ -46,7 +46,8 @@ def test_record_then_replay_on_the_tiny_model(
 ) -> None:
     prompts = tmp_path / "prompts.json"
     prompts.write_text(
-        json.dumps({"one": "the cat sat on the mat", "two": "lorem ipsum dolor"}), encoding="utf-8"
+        json.dumps({"one": "the cat sat on the mat", "two": "1\tlorem\n2\tipsum\n3\tdolor"}),
+        encoding="utf-8",
     )
     out = tmp_path / "traces.json"
     run(replay_bench, monkeypatch, "record", "--target", str(tiny_target), "--prompts", str(prompts),
@@ -55,6 +56,10 @@ def test_record_then_replay_on_the_tiny_model(
     assert [t["name"] for t in data["traces"]] == ["one", "two"]
     assert all(0 < len(t["output"]) <= 12 and t["prompt"] for t in data["traces"])
     assert data["long_prefix"] == 100 and len(data["curves"]["short"]) == len(data["curves"]["long"])
+    # The prompt's other forms, as the engine builds them: "two" shows numbered lines.
+    assert data["traces"][0]["views"] == []
+    (view,) = data["traces"][1]["views"]
+    assert view["escaped"] is False and view["tokens"]
     # The copy cursor reads the tokens' text, and the drafter the end-of-generation tokens, as in
     # the engine: from the recorded target's file.
     text, ends = replay_bench.token_text(data, None)
@@ -62,7 +67,7 @@ def test_record_then_replay_on_the_tiny_model(
     assert text is not None and isinstance(text(first), str) and ends
     gone = replay_bench.token_text({**data, "target": str(tmp_path / "gone.gguf")}, None)
     assert gone == (None, frozenset())
-    for flags in ((), ("--context-costs",)):
+    for flags in ((), ("--context-costs",), ("--no-views",)):
         run(replay_bench, monkeypatch, "replay", str(out), *flags)
         printed = capsys.readouterr().out
         assert "one" in printed and "two" in printed and "geometric mean" in printed
@@ -129,7 +134,7 @@ def test_context_costs_charge_a_long_prompt_more(
     path = tmp_path / "traces.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     ratios = []
-    for flags in ((), ("--context-costs",)):
+    for flags in ((), ("--context-costs",), ("--no-views",)):
         run(replay_bench, monkeypatch, "replay", str(path), *flags)
         row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("copy"))
         ratios.append(float(row.split()[3].rstrip("x")))

@@ -11,6 +11,8 @@ from localspec.engine.drafters.views import (
     PromptView,
     has_numbered_lines,
     json_string_text,
+    numbered_spans,
+    skipped_tokens,
     unnumbered_text,
     view_texts,
 )
@@ -104,3 +106,48 @@ def test_a_reply_writing_a_numbered_file_back_drafts_across_its_lines(auto: bool
     plain = make(text=chr)
     plain.start(prompt)
     assert "     6\t" in "".join(map(chr, plain.peek(tokens, 16).tokens))
+
+
+def test_numbered_spans_are_where_each_line_s_number_is() -> None:
+    text = "head\n     1\tx = 1\n     2\ty = 2\n     3\tz = 3\ntail"
+    spans = numbered_spans(text)
+    assert [text[a:b] for a, b in spans] == ["     1\t", "     2\t", "     3\t"]
+
+
+def test_skipped_tokens_are_those_holding_a_number_counted_in_bytes() -> None:
+    # Pieces as a tokenizer might cut them: the arrow takes three bytes, a piece may straddle.
+    text = "é\n     1→a\n     2→b\n     3→c"
+    pieces = [
+        b"\xc3\xa9\n",
+        b"     1",
+        "→".encode(),
+        b"a\n  ",
+        b"   2",
+        "→b".encode(),
+        b"\n",
+        b"     3",
+        b"\xe2",
+        b"\x86\x92c",
+    ]
+    assert b"".join(pieces).decode() == text
+    assert skipped_tokens(pieces, text) == {1, 2, 3, 4, 5, 7, 8, 9}
+    assert skipped_tokens([b"no numbers\n", b"here"], "no numbers\nhere") == frozenset()
+
+
+def test_a_draft_from_the_context_ends_before_a_number_the_copy_skips() -> None:
+    # The reply writes a numbered file back: the context's own match (its tokens split at a line's
+    # end as the numbered prompt's are, so it matches longer than the view) runs into the next
+    # line's number; it ends there, and where the number is its first token it is no match at all.
+    prompt_text = "cat -n f.py\n" + numbered("value = 1\nother = 2\nthird = 3", "\t") + "\nEdit it."
+    prompt = _chars(prompt_text)
+    skipped = [i for a, b in numbered_spans(prompt_text) for i in range(a, b)]
+    reply = _chars("```python\nvalue = 1\nother")
+    drafter = NgramDrafter(text=chr, skipped=skipped)
+    drafter.start(prompt)
+    match = drafter.peek([*prompt, *reply], 8)
+    assert "".join(map(chr, match.tokens)) == " = 2\n"
+    at_number = drafter.peek([*prompt, *reply, *_chars(" = 2\n")], 8)
+    assert at_number.tokens == []
+    unskipped = NgramDrafter(text=chr)
+    unskipped.start(prompt)
+    assert "".join(map(chr, unskipped.peek([*prompt, *reply], 8).tokens)) == " = 2\n   "

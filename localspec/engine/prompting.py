@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from localspec.engine.drafters.views import PromptView, has_numbered_lines, skipped_tokens, view_texts
 from localspec.engine.llama import LlamaModel
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.errors import UserInputError
@@ -14,6 +16,34 @@ FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] | capitalize }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}Assistant:{% endif %}"
 )
+
+
+@dataclass(frozen=True)
+class PromptForms:
+    """What the n-gram drafter needs to know of the forms a reply may copy the prompt in."""
+
+    views: tuple[PromptView, ...] = ()
+    skipped: frozenset[int] = frozenset()  # positions of the numbers of numbered lines
+
+
+def prompt_forms(
+    model: LlamaModel, request: GenerationRequest, prompt: Sequence[int], json_reply: bool
+) -> PromptForms:
+    """The prompt's other forms a reply may copy (drafters/views.py), tokenized, and the positions
+    a copy skips: built where the reply is JSON (`json_reply`: a grammar holds it to JSON) or the
+    request shows numbered lines (6 ms for 2,800 tokens on 2 cores); nothing otherwise."""
+    texts = [m.content for m in request.messages] + [request.prompt or "", request.suffix or ""]
+    texts += [chunk.text for chunk in request.extra]
+    numbered = any(has_numbered_lines(t) for t in texts)
+    if not json_reply and not numbered:
+        return PromptForms()
+    pieces = [model.piece(t) for t in prompt]
+    text = b"".join(pieces).decode("utf-8", errors="replace")
+    views = tuple(
+        PromptView(model.tokenize(form, add_special=False, parse_special=False), escaped)
+        for form, escaped in view_texts(text, json_reply)
+    )
+    return PromptForms(views, skipped_tokens(pieces, text) if numbered else frozenset())
 
 
 def prompt_tokens(

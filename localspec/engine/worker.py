@@ -23,10 +23,9 @@ from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schem
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
-from localspec.engine.drafters.views import PromptView, has_numbered_lines, view_texts
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
-from localspec.engine.prompting import chat_template, offered_tools, prompt_tokens
+from localspec.engine.prompting import PromptForms, chat_template, offered_tools, prompt_forms, prompt_tokens
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
@@ -384,9 +383,10 @@ class Engine:
         `json_reply`: a grammar holds the reply to JSON (a schema, a tool call)."""
         spec = req.speculative
         method = spec.method
-        views = self._views(req, prompt, json_reply) if method in ("auto", "ngram") else []
+        assert self._target is not None
+        forms = prompt_forms(self._target, req, prompt, json_reply) if method in ("auto", "ngram") else None
         if method == "auto":
-            policy = self._auto_policy(spec.k, self._ngram(req, views, auto=True))
+            policy = self._auto_policy(spec.k, self._ngram(req, forms, auto=True))
             return policy, "auto", policy.k_max, None
         k = min(DEFAULT_K if spec.k is None else spec.k, self._k_limit())
         if method == "none":
@@ -396,32 +396,19 @@ class Engine:
                 return FixedPolicy(self._layerskip(), k), method, k, None
             except LocalspecError as exc:
                 return FixedPolicy(None, 0), "none", 0, f"layerskip unavailable: {exc.message}"
-        drafter = self._ngram(req, views) if method == "ngram" else self._drafters.get(method)
+        drafter = self._ngram(req, forms) if method == "ngram" else self._drafters.get(method)
         if drafter is None:
             why = self.info.draft_error or "no draft model loaded (--draft FILE)"
             return FixedPolicy(None, 0), "none", 0, f"{method} unavailable: {why}"
         return FixedPolicy(drafter, k), method, k, None
 
-    def _views(self, req: GenerationRequest, prompt: Sequence[int], json_reply: bool) -> list[PromptView]:
-        """The prompt's other forms a reply may copy (views.py), tokenized: built where the reply is
-        JSON or the request shows numbered lines (6 ms for 2,800 tokens on 2 cores)."""
-        assert self._target is not None
-        texts = [m.content for m in req.messages] + [req.prompt or "", req.suffix or ""]
-        texts += [chunk.text for chunk in req.extra]
-        if not json_reply and not any(has_numbered_lines(t) for t in texts):
-            return []
-        forms = view_texts(self._target.detokenize(prompt), json_reply)
-        return [
-            PromptView(self._target.tokenize(text, add_special=False, parse_special=False), escaped)
-            for text, escaped in forms
-        ]
-
     def _ngram(
-        self, req: GenerationRequest, views: Sequence[PromptView] = (), auto: bool = False
+        self, req: GenerationRequest, forms: PromptForms | None = None, auto: bool = False
     ) -> NgramDrafter:
         """A request's n-gram drafter, reading earlier requests' text unless a seed must reproduce it:
         sampled output depends on what was drafted, and memory changes from one request to the next.
-        `views`: the prompt's other forms a reply may copy (`_views`)."""
+        `forms`: the prompt's other forms a reply may copy (`prompt_forms`)."""
+        forms = forms or PromptForms()
         seeded = not req.sampling.greedy and req.sampling.seed is not None
         memory = None if seeded else self._ngram_memory
         assert self._target is not None
@@ -430,9 +417,11 @@ class Engine:
         text = self._target.piece_text
         if auto:
             return NgramDrafter.for_auto(
-                memory, text, markdown=bool(req.messages), ends=self._ends, views=views
+                memory, text, bool(req.messages), self._ends, forms.views, forms.skipped
             )
-        return NgramDrafter(memory=memory, text=text, ends=self._ends, views=views)
+        return NgramDrafter(
+            memory=memory, text=text, ends=self._ends, views=forms.views, skipped=forms.skipped
+        )
 
     def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
         from localspec.auto.costmodel import NGRAM_K_MAX

@@ -192,9 +192,12 @@ class NgramDrafter:
         markdown: bool = True,
         ends: Collection[int] = (),
         views: Sequence[PromptView] = (),
+        skipped: Collection[int] = (),
     ) -> None:
         """`ends`: the model's end-of-generation tokens (a draft stops at the first one).
-        `views`: the prompt's text in the other forms a reply may copy it in (views.py), tokenized."""
+        `views`: the prompt's text in the other forms a reply may copy it in (views.py), tokenized.
+        `skipped`: positions in the prompt a copy never carries over (the numbers of numbered
+        lines, `skipped_tokens`): a draft from the context ends before them."""
         self._min_n, self._max_n = min_n, max_n
         self._markdown = markdown
         self._ends = frozenset(ends)
@@ -203,6 +206,7 @@ class NgramDrafter:
         self._prompt_len = 0
         self._cursor = CopyCursor(text)
         self._views = [_View(view, min_n, max_n, text) for view in views if view.tokens]
+        self._skipped = frozenset(skipped)
         self._text = text
         self._escaping = text is None  # whether the reply has escaped a character (see _view_copy)
 
@@ -214,13 +218,14 @@ class NgramDrafter:
         markdown: bool = True,
         ends: Collection[int] = (),
         views: Sequence[PromptView] = (),
+        skipped: Collection[int] = (),
     ) -> NgramDrafter:
         """The lookup auto plans with (the engine's, and every replay's that predicts it).
 
         `markdown`: replies are Markdown, code in them fenced (a chat reply's; a raw completion's
         or a fill-in-the-middle's text is not).
         """
-        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text, markdown, ends, views)
+        return cls(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, memory, text, markdown, ends, views, skipped)
 
     def start(self, prompt: Sequence[int], fresh: bool = True) -> None:
         """A request with this prompt. Where the drafter has already followed it (auto peeks from
@@ -253,7 +258,7 @@ class NgramDrafter:
         else:
             self._index.extend(tokens[known:])
         own = self._follow(self._index, self._cursor, self._index.propose(k), k)
-        own = self._view_copy(tokens, k, own)
+        own = self._view_copy(tokens, k, self._before_skipped(own))
         # Every chat prompt ends in the same template tokens, which an earlier request's prompt
         # ended in too: earlier requests count only once this reply has two tokens of its own.
         replied = len(tokens) - self._prompt_len
@@ -296,6 +301,18 @@ class NgramDrafter:
             if found.match_len > best.match_len and found.tokens:
                 best = found
         return best
+
+    def _before_skipped(self, match: NgramMatch) -> NgramMatch:
+        """The context's match up to the first prompt token a copy never carries over; no match where
+        that is its first: a file shown numbered and written back runs, at every line's end, into the
+        next line's number (a 15-token draft lost where the unnumbered view's shorter match was
+        right), and a match inside the number is a chance one."""
+        if not self._skipped or match.start < 0:
+            return match
+        for i in range(len(match.tokens)):
+            if match.start + i in self._skipped:
+                return replace(match, tokens=match.tokens[:i]) if i else NgramMatch([], 0)
+        return match
 
     def _until_end(self, match: NgramMatch) -> NgramMatch:
         """The match up to its first end-of-generation token, that one kept: if it is right the

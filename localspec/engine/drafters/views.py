@@ -48,40 +48,72 @@ def has_numbered_lines(text: str) -> bool:
     return _RUN_HINT.search(text) is not None
 
 
-def unnumbered_text(text: str) -> str | None:
-    """`text` with the numbers taken off every run of lines numbered one after the other (at least
-    MIN_NUMBERED_RUN, one mark after the numbers; blank lines unnumbered inside a run, as `nl`
-    leaves them, keep it going); None where no run is found."""
-    lines = text.split("\n")
-    out = list(lines)
-    run: list[tuple[int, int]] = []  # (line, where its text begins) of the current run
-    mark, expect = "", -1
-    found = False
+def numbered_spans(text: str) -> list[tuple[int, int]]:
+    """Where the numbers are in `text` (start and end of each line's spaces, number and mark), in
+    every run of lines numbered one after the other: at least MIN_NUMBERED_RUN, one mark after the
+    numbers; blank lines unnumbered inside a run, as `nl` leaves them, keep it going."""
+    spans: list[tuple[int, int]] = []
+    run: list[tuple[int, int]] = []
+    mark, expect, at = "", -1, 0
 
     def close() -> None:
-        nonlocal found
         if len(run) >= MIN_NUMBERED_RUN:
-            found = True
-            for i, begin in run:
-                out[i] = lines[i][begin:]
+            spans.extend(run)
         run.clear()
 
-    for i, line in enumerate(lines):
+    for line in text.split("\n"):
         m = _NUMBERED.match(line)
         if m is not None and m.group(2) == mark and int(m.group(1)) == expect:
-            run.append((i, m.end()))
+            run.append((at, at + m.end()))
             expect += 1
         elif m is not None:
             close()
-            run.append((i, m.end()))
+            run.append((at, at + m.end()))
             mark, expect = m.group(2), int(m.group(1)) + 1
-        elif run and not line.strip():
-            continue
-        else:
+        elif not (run and not line.strip()):
             close()
             mark, expect = "", -1
+        at += len(line) + 1
     close()
-    return "\n".join(out) if found else None
+    return spans
+
+
+def unnumbered_text(text: str) -> str | None:
+    """`text` with its numbered lines' numbers taken off (`numbered_spans`); None where it has none."""
+    spans = numbered_spans(text)
+    if not spans:
+        return None
+    kept, at = [], 0
+    for start, end in spans:
+        kept.append(text[at:start])
+        at = end
+    kept.append(text[at:])
+    return "".join(kept)
+
+
+def skipped_tokens(pieces: Sequence[bytes], text: str) -> frozenset[int]:
+    """The positions of the tokens (their bytes `pieces`, which make up `text`) that hold a numbered
+    line's number: a reply writing the lines back never copies them, so a draft ends before them."""
+    spans = numbered_spans(text) if has_numbered_lines(text) else []
+    if not spans:
+        return frozenset()
+    # The spans in bytes, as the tokens are counted (a character may take several).
+    in_bytes, at, offset = [], 0, 0
+    for start, end in spans:
+        offset += len(text[at:start].encode())
+        width = len(text[start:end].encode())
+        in_bytes.append((offset, offset + width))
+        offset, at = offset + width, end
+    skipped: set[int] = set()
+    begin, j = 0, 0
+    for i, piece in enumerate(pieces):
+        end = begin + len(piece)
+        while j < len(in_bytes) and in_bytes[j][1] <= begin:
+            j += 1
+        if j < len(in_bytes) and in_bytes[j][0] < end and begin < end:
+            skipped.add(i)
+        begin = end
+    return frozenset(skipped)
 
 
 def view_texts(text: str, json_reply: bool) -> list[tuple[str, bool]]:
