@@ -72,9 +72,7 @@ def test_view_texts_by_reply_and_prompt() -> None:
     assert view_texts(CODE, json_reply=False) == []
     assert view_texts(CODE, json_reply=True) == [(plain, True)]
     assert view_texts(shown, json_reply=False) == [(CODE, False)]
-    escaped_view = json_string_text(shown)
-    assert escaped_view is not None
-    assert view_texts(shown, json_reply=True) == [(CODE, False), (escaped_view, True), (plain, True)]
+    assert view_texts(shown, json_reply=True) == [(CODE, False), (plain, True)]
 
 
 def _chars(text: str) -> list[int]:

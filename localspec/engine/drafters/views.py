@@ -118,13 +118,11 @@ def skipped_tokens(pieces: Sequence[bytes], text: str) -> frozenset[int]:
 
 def view_texts(text: str, json_reply: bool) -> list[tuple[str, bool]]:
     """The forms of the prompt's `text` a reply may copy besides its own, each with whether it is
-    escaped: the text unnumbered, for any reply; for a JSON reply, the text and the unnumbered text
-    as a JSON string holds them."""
+    escaped: the text unnumbered, for any reply; for a JSON reply, the text as a JSON string holds
+    it, unnumbered where it had numbers (the numbers escaped are no more copied than the plain)."""
     unnumbered = unnumbered_text(text) if has_numbered_lines(text) else None
     views: list[tuple[str, bool]] = [] if unnumbered is None else [(unnumbered, False)]
-    if json_reply:
-        for form in (text, unnumbered):
-            escaped = None if form is None else json_string_text(form)
-            if escaped is not None:
-                views.append((escaped, True))
+    escaped = json_string_text(text if unnumbered is None else unnumbered) if json_reply else None
+    if escaped is not None:
+        views.append((escaped, True))
     return views
