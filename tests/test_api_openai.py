@@ -73,7 +73,16 @@ def test_chat_completion_with_usage_and_stats(uds_openai: openai.OpenAI) -> None
     stats = _extra(out, "localspec")
     assert stats["tokens"] == out.usage.completion_tokens
     assert {"tokens_per_second", "acceptance_rate", "drafted", "accepted", "method"} <= stats.keys()
-    assert _extra(out, "timings")["predicted_n"] == out.usage.completion_tokens
+    timings = _extra(out, "timings")
+    assert timings["predicted_n"] == out.usage.completion_tokens
+    # As llama-server's: the generation's time is after the first token (the prompt's is before it),
+    # its speed the tokens after the first over it; editor plugins show it beside llama-server's.
+    assert timings["prompt_ms"] + timings["predicted_ms"] == pytest.approx(
+        stats["elapsed_s"] * 1000, abs=0.01
+    )
+    after_first = (timings["predicted_n"] - 1) / (timings["predicted_ms"] / 1000)
+    assert timings["predicted_per_second"] == pytest.approx(after_first, rel=1e-3)
+    assert timings["predicted_per_second"] > stats["tokens_per_second"]
 
 
 def test_stream_equals_non_stream_and_reports_usage(uds_openai: openai.OpenAI) -> None:
