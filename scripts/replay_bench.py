@@ -72,7 +72,8 @@ def record(args: argparse.Namespace) -> None:
     long = measure(model, sizes=sizes, prefix=args.long_prefix)
     traces: list[dict[str, Any]] = []
     for i, p in enumerate(prompts, 1):
-        prompt = prompt_tokens(model, GenerationRequest(messages=tuple(p.messages)))
+        request = GenerationRequest(messages=tuple(p.messages))
+        prompt = prompt_tokens(model, request)
         model.reset()
         gen = Generation(
             model, prompt, max_tokens=args.max_tokens, params=SamplingParams(), stop=(),
@@ -83,7 +84,6 @@ def record(args: argparse.Namespace) -> None:
         assert gen.result is not None
         output = list(gen.result.token_ids)
         # The prompt's other forms, as the engine gives them to the n-gram drafter (chat replies here).
-        request = GenerationRequest(messages=tuple(p.messages))
         forms = prompt_forms(model, request, prompt, json_reply=False)
         views = [{"tokens": list(v.tokens), "escaped": v.escaped} for v in forms.views]
         traces.append(

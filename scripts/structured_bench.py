@@ -78,7 +78,7 @@ def requests() -> dict[str, GenerationRequest]:
             "What is the weather in Paris, in celsius?", tools=(WEATHER,), tool_choice=required
         ),
         "tool_auto": chat("What's the weather like in Tokyo right now? Use celsius.", tools=(WEATHER,)),
-        # The JSON string holds the code's line breaks escaped (`\n`): see NgramDrafter's `escaped`.
+        # The JSON string holds the code's line breaks escaped (`\n`): see drafters/views.py.
         "json_copy": chat(
             "Give the complete source code, verbatim, of the function that converts RGB to HLS in "
             f"this file, as JSON with its name and source.\n\n{fenced(colorsys)}",

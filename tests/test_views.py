@@ -69,10 +69,10 @@ def test_view_texts_by_reply_and_prompt() -> None:
     shown = numbered(CODE, "→")
     plain = json_string_text(CODE)
     assert plain is not None
-    assert view_texts(CODE, json_reply=False) == []
-    assert view_texts(CODE, json_reply=True) == [(plain, True)]
-    assert view_texts(shown, json_reply=False) == [(CODE, False)]
-    assert view_texts(shown, json_reply=True) == [(CODE, False), (plain, True)]
+    assert view_texts(CODE, False, numbered_spans(CODE)) == []
+    assert view_texts(CODE, True, numbered_spans(CODE)) == [(plain, True)]
+    assert view_texts(shown, False, numbered_spans(shown)) == [(CODE, False)]
+    assert view_texts(shown, True, numbered_spans(shown)) == [(CODE, False), (plain, True)]
 
 
 def _chars(text: str) -> list[int]:
@@ -128,8 +128,11 @@ def test_skipped_tokens_are_those_holding_a_number_counted_in_bytes() -> None:
         b"\x86\x92c",
     ]
     assert b"".join(pieces).decode() == text
-    assert skipped_tokens(pieces, text) == {1, 2, 3, 4, 5, 7, 8, 9}
-    assert skipped_tokens([b"no numbers\n", b"here"], "no numbers\nhere") == frozenset()
+    assert skipped_tokens(pieces, text, numbered_spans(text)) == {1, 2, 3, 4, 5, 7, 8, 9}
+    assert (
+        skipped_tokens([b"no numbers\n", b"here"], "no numbers\nhere", numbered_spans("no numbers\nhere"))
+        == frozenset()
+    )
 
 
 def test_a_draft_from_the_context_ends_before_a_number_the_copy_skips() -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localspec.engine.drafters.views import PromptView, has_numbered_lines, skipped_tokens, view_texts
+from localspec.engine.drafters.views import (
+    PromptView,
+    has_numbered_lines,
+    numbered_spans,
+    skipped_tokens,
+    view_texts,
+)
 from localspec.engine.llama import LlamaModel
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.errors import UserInputError
@@ -26,6 +32,10 @@ class PromptForms:
     skipped: frozenset[int] = frozenset()  # positions of the numbers of numbered lines
 
 
+# A prompt no reply copies in another form.
+NO_FORMS = PromptForms()
+
+
 def prompt_forms(
     model: LlamaModel, request: GenerationRequest, prompt: Sequence[int], json_reply: bool
 ) -> PromptForms:
@@ -36,14 +46,15 @@ def prompt_forms(
     texts += [chunk.text for chunk in request.extra]
     numbered = any(has_numbered_lines(t) for t in texts)
     if not json_reply and not numbered:
-        return PromptForms()
+        return NO_FORMS
     pieces = [model.piece(t) for t in prompt]
     text = b"".join(pieces).decode("utf-8", errors="replace")
+    spans = numbered_spans(text) if has_numbered_lines(text) else []
     views = tuple(
         PromptView(model.tokenize(form, add_special=False, parse_special=False), escaped)
-        for form, escaped in view_texts(text, json_reply)
+        for form, escaped in view_texts(text, json_reply, spans)
     )
-    return PromptForms(views, skipped_tokens(pieces, text) if numbered else frozenset())
+    return PromptForms(views, skipped_tokens(pieces, text, spans) if numbered else frozenset())
 
 
 def prompt_tokens(

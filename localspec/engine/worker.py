@@ -25,7 +25,14 @@ from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
-from localspec.engine.prompting import PromptForms, chat_template, offered_tools, prompt_forms, prompt_tokens
+from localspec.engine.prompting import (
+    NO_FORMS,
+    PromptForms,
+    chat_template,
+    offered_tools,
+    prompt_forms,
+    prompt_tokens,
+)
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
@@ -384,7 +391,8 @@ class Engine:
         spec = req.speculative
         method = spec.method
         assert self._target is not None
-        forms = prompt_forms(self._target, req, prompt, json_reply) if method in ("auto", "ngram") else None
+        ngram = method in ("auto", "ngram")
+        forms = prompt_forms(self._target, req, prompt, json_reply) if ngram else NO_FORMS
         if method == "auto":
             policy = self._auto_policy(spec.k, self._ngram(req, forms, auto=True))
             return policy, "auto", policy.k_max, None
@@ -403,12 +411,11 @@ class Engine:
         return FixedPolicy(drafter, k), method, k, None
 
     def _ngram(
-        self, req: GenerationRequest, forms: PromptForms | None = None, auto: bool = False
+        self, req: GenerationRequest, forms: PromptForms = NO_FORMS, auto: bool = False
     ) -> NgramDrafter:
         """A request's n-gram drafter, reading earlier requests' text unless a seed must reproduce it:
         sampled output depends on what was drafted, and memory changes from one request to the next.
         `forms`: the prompt's other forms a reply may copy (`prompt_forms`)."""
-        forms = forms or PromptForms()
         seeded = not req.sampling.greedy and req.sampling.seed is not None
         memory = None if seeded else self._ngram_memory
         assert self._target is not None

@@ -81,8 +81,10 @@ def numbered_spans(text: str) -> list[tuple[int, int]]:
 def unnumbered_text(text: str) -> str | None:
     """`text` with its numbered lines' numbers taken off (`numbered_spans`); None where it has none."""
     spans = numbered_spans(text)
-    if not spans:
-        return None
+    return _without(text, spans) if spans else None
+
+
+def _without(text: str, spans: Sequence[tuple[int, int]]) -> str:
     kept, at = [], 0
     for start, end in spans:
         kept.append(text[at:start])
@@ -91,10 +93,10 @@ def unnumbered_text(text: str) -> str | None:
     return "".join(kept)
 
 
-def skipped_tokens(pieces: Sequence[bytes], text: str) -> frozenset[int]:
+def skipped_tokens(pieces: Sequence[bytes], text: str, spans: Sequence[tuple[int, int]]) -> frozenset[int]:
     """The positions of the tokens (their bytes `pieces`, which make up `text`) that hold a numbered
-    line's number: a reply writing the lines back never copies them, so a draft ends before them."""
-    spans = numbered_spans(text) if has_numbered_lines(text) else []
+    line's number (`spans`, `numbered_spans(text)`): a reply writing the lines back never copies
+    them, so a draft ends before them."""
     if not spans:
         return frozenset()
     # The spans in bytes, as the tokens are counted (a character may take several).
@@ -116,11 +118,12 @@ def skipped_tokens(pieces: Sequence[bytes], text: str) -> frozenset[int]:
     return frozenset(skipped)
 
 
-def view_texts(text: str, json_reply: bool) -> list[tuple[str, bool]]:
+def view_texts(text: str, json_reply: bool, spans: Sequence[tuple[int, int]]) -> list[tuple[str, bool]]:
     """The forms of the prompt's `text` a reply may copy besides its own, each with whether it is
-    escaped: the text unnumbered, for any reply; for a JSON reply, the text as a JSON string holds
-    it, unnumbered where it had numbers (the numbers escaped are no more copied than the plain)."""
-    unnumbered = unnumbered_text(text) if has_numbered_lines(text) else None
+    escaped: the text unnumbered (its numbers at `spans`, `numbered_spans(text)`), for any reply;
+    for a JSON reply, the text as a JSON string holds it, unnumbered where it had numbers (the
+    numbers escaped are no more copied than the plain)."""
+    unnumbered = _without(text, spans) if spans else None
     views: list[tuple[str, bool]] = [] if unnumbered is None else [(unnumbered, False)]
     escaped = json_string_text(text if unnumbered is None else unnumbered) if json_reply else None
     if escaped is not None:
