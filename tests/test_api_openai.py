@@ -11,8 +11,9 @@ import pytest
 from daemonproc import TOKEN, Daemon, start_daemon
 from openai.types.chat import ChatCompletionMessageParam
 
+from localspec.server.responses import stats_fields
 from localspec.server.schemas import SpeculativeOptions, spec_params
-from localspec.types import SpecParams
+from localspec.types import GenerationStats, SpecParams
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -255,3 +256,13 @@ def test_llama_vscode_chat_edit_payloads(daemon: Daemon) -> None:
     assert warm["choices"][0]["finish_reason"] == "length"
     assert done["choices"][0]["message"]["content"] and done["usage"]["completion_tokens"] > 0
     assert done["localspec"]["cached_tokens"] == warm["usage"]["prompt_tokens"] - 1
+
+
+def test_timings_of_a_request_that_generated_nothing_are_all_the_prompt_s() -> None:
+    # A completion that ends before its first token (a stop while the prompt was read, llama.vim's
+    # time budget spent on a long prompt) has no time to first token: all its time was the prompt's.
+    stats = GenerationStats(prompt_tokens=1761, tokens=0, elapsed_s=15.775, ttft_s=0.0)
+    timings = stats_fields(stats)["timings"]
+    assert timings["prompt_ms"] == pytest.approx(15775.0)
+    assert timings["prompt_per_second"] == pytest.approx(1761 / 15.775, rel=1e-3)
+    assert (timings["predicted_n"], timings["predicted_ms"], timings["predicted_per_second"]) == (0, 0.0, 0.0)

@@ -59,14 +59,16 @@ def stats_fields(stats: GenerationStats) -> dict[str, Any]:
     `timings` means what llama-server's does, as editor plugins show it beside llama-server's: the
     prompt's time up to the first token, then the generation's after it, whose speed counts the
     tokens after the first (the first comes with the prompt's logits). localspec's own
-    `tokens_per_second` is the whole request's."""
-    gen_s = max(stats.elapsed_s - stats.ttft_s, 0.0)
+    `tokens_per_second` is the whole request's. A request that generated nothing (a warm-up past
+    its prompt budget, a stop while the prompt was read) spent all its time on the prompt."""
+    prompt_s = stats.ttft_s if stats.tokens else stats.elapsed_s
+    gen_s = max(stats.elapsed_s - prompt_s, 0.0)
     steps = max(stats.tokens - 1, 0)
     timings = {
         "prompt_n": stats.prompt_tokens,
-        "prompt_ms": round(stats.ttft_s * 1000, 3),
-        "prompt_per_token_ms": round(stats.ttft_s * 1000 / max(stats.prompt_tokens, 1), 3),
-        "prompt_per_second": round(stats.prompt_tokens / stats.ttft_s, 3) if stats.ttft_s > 0 else 0.0,
+        "prompt_ms": round(prompt_s * 1000, 3),
+        "prompt_per_token_ms": round(prompt_s * 1000 / max(stats.prompt_tokens, 1), 3),
+        "prompt_per_second": round(stats.prompt_tokens / prompt_s, 3) if prompt_s > 0 else 0.0,
         "predicted_n": stats.tokens,
         "predicted_ms": round(gen_s * 1000, 3),
         "predicted_per_token_ms": round(gen_s * 1000 / max(steps, 1), 3),
