@@ -9,7 +9,9 @@ import pytest
 from localspec.engine.drafters.ngram import NgramDrafter
 from localspec.engine.drafters.views import (
     PromptView,
+    has_json_lines,
     has_numbered_lines,
+    json_decoded_text,
     json_string_text,
     numbered_spans,
     skipped_tokens,
@@ -73,6 +75,12 @@ def test_view_texts_by_reply_and_prompt() -> None:
     assert view_texts(CODE, True, numbered_spans(CODE)) == [(plain, True)]
     assert view_texts(shown, False, numbered_spans(shown)) == [(CODE, False)]
     assert view_texts(shown, True, numbered_spans(shown)) == [(CODE, False), (plain, True)]
+    # A JSON result holding the file: decoded for a plain reply; a JSON reply copies it as it is.
+    result = "read_file returned " + json.dumps({"path": "shapes.py", "content": CODE})
+    decoded = json_decoded_text(result)
+    assert decoded is not None
+    assert view_texts(result, False, numbered_spans(result)) == [(decoded, False)]
+    assert view_texts(result, True, numbered_spans(result)) == [(json_string_text(result), True)]
 
 
 def _chars(text: str) -> list[int]:
@@ -152,3 +160,48 @@ def test_a_draft_from_the_context_ends_before_a_number_the_copy_skips() -> None:
     unskipped = NgramDrafter(text=chr)
     unskipped.start(prompt)
     assert "".join(map(chr, unskipped.peek([*prompt, *reply], 8).tokens)) == " = 2\n   "
+
+
+def test_json_strings_holding_lines_are_written_as_their_values() -> None:
+    result = json.dumps({"path": "shapes.py", "content": CODE, "note": "two\nlines"}, ensure_ascii=False)
+    assert has_json_lines(result)
+    assert json_decoded_text(result) == f'{{"path": "shapes.py", "content": \n{CODE}, "note": "two\\nlines"}}'
+    # Fewer lines than a file's: a message or a code literal's "\n", kept as it is.
+    for text in ['print("usage:\\n  run it")', CODE, "no strings here"]:
+        assert not has_json_lines(text)
+        assert json_decoded_text(text) is None
+    # An escape JSON does not know (a regex in code, a quote paired with the wrong one) stays.
+    odd = '"\\d+\\n\\s\\n\\w"'
+    assert has_json_lines(odd)
+    assert json_decoded_text(odd) is None
+
+
+def test_numbered_lines_inside_a_json_result_are_taken_off_too() -> None:
+    result = json.dumps({"output": numbered(CODE, "\t")})
+    assert not has_numbered_lines(result)  # its lines are escaped: one line of text
+    assert view_texts(result, False, numbered_spans(result)) == [(f'{{"output": \n{CODE}}}', False)]
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_a_reply_writing_a_json_held_file_plainly_drafts_across_its_lines(auto: bool) -> None:
+    # A tool returned the file in a JSON string: the reply writes it plainly, so the context's own
+    # lookup matches back only to the line's start (the prompt has `\n` where the reply breaks the
+    # line) and proposes the escape; the decoded view drafts the next line as it is.
+    prompt_text = "read_file returned " + json.dumps({"content": CODE}) + "\nAdd docstrings."
+    prompt = _chars(prompt_text)
+    decoded = json_decoded_text(prompt_text)
+    assert decoded is not None
+    copied = CODE.index("h):\n    return 2")
+    reply = _chars("```python\n" + CODE[:copied])
+    make = NgramDrafter.for_auto if auto else NgramDrafter
+    drafter = make(text=chr, views=[PromptView(_chars(decoded))])
+    drafter.start(prompt)
+    tokens = [*prompt, *reply]
+    for end in range(len(prompt) + 1, len(tokens) + 1):
+        drafter.peek(tokens[:end], 16)
+    match = drafter.peek(tokens, 16)
+    assert "".join(map(chr, match.tokens)) == CODE[copied : copied + 16]
+    assert match.match_len > 8
+    plain = make(text=chr)
+    plain.start(prompt)
+    assert "\\n" in "".join(map(chr, plain.peek(tokens, 16).tokens))

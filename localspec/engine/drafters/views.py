@@ -7,7 +7,10 @@ at most a line at a time (each line break differs):
 - coding agents show a file to the model with its lines numbered (`cat -n` and `nl -ba`: the
   number, then a tab; Claude Code's Read: then `→`; SWE-agent's viewer: then `:`), and the model
   writes the lines back without the numbers, in a code block or a tool call's arguments
-  (`unnumbered_text`).
+  (`unnumbered_text`);
+- the other way round, a prompt holds code or text as a JSON string (a tool's JSON result, an earlier
+  tool call's arguments as the chat template renders them) and the reply writes it plainly
+  (`json_decoded_text`).
 Pure functions over text: the engine tokenizes what they give (`view_texts`).
 """
 
@@ -33,6 +36,40 @@ def json_string_text(text: str) -> str | None:
     other characters as they are, as models write them); None where that is `text` itself."""
     body = json.dumps(text, ensure_ascii=False)[1:-1]
     return None if body == text else body
+
+
+# A JSON string on one line: its body, escapes and all (a raw line break ends the search).
+_JSON_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+# Lines a JSON string must hold to be decoded: a shorter one is a message or a code literal's
+# `"\n"` as likely as a file's text.
+MIN_DECODED_LINES = 3
+
+
+def json_decoded_text(text: str) -> str | None:
+    """`text` with each JSON string in it that holds MIN_DECODED_LINES lines or more (escaped line
+    breaks) written as its value on a line of its own, without its quotes (its first line begins a
+    line as the reply's copy will, and an agent's numbers on it are seen); None where there is none.
+    A string that does not decode (a stray quote paired with the wrong one) is kept as it is."""
+    found = False
+
+    def decode(match: re.Match[str]) -> str:
+        nonlocal found
+        if match.group(1).count("\\n") < MIN_DECODED_LINES - 1:
+            return match.group(0)
+        try:
+            value = json.loads(match.group(0))
+        except ValueError:
+            return match.group(0)
+        found = True
+        return f"\n{value}"
+
+    decoded = _JSON_STRING.sub(decode, text)
+    return decoded if found else None
+
+
+def has_json_lines(text: str) -> bool:
+    """Whether `text` holds a JSON string `json_decoded_text` would decode, without decoding it."""
+    return any(m.group(1).count("\\n") >= MIN_DECODED_LINES - 1 for m in _JSON_STRING.finditer(text))
 
 
 # A numbered line: spaces, its number, and the mark after it.
@@ -122,10 +159,16 @@ def view_texts(text: str, json_reply: bool, spans: Sequence[tuple[int, int]]) ->
     """The forms of the prompt's `text` a reply may copy besides its own, each with whether it is
     escaped: the text unnumbered (its numbers at `spans`, `numbered_spans(text)`), for any reply;
     for a JSON reply, the text as a JSON string holds it, unnumbered where it had numbers (the
-    numbers escaped are no more copied than the plain)."""
+    numbers escaped are no more copied than the plain); for any other, its JSON strings decoded
+    (`json_decoded_text`), unnumbered where they hold numbered lines (`cat -n` in a JSON result)."""
     unnumbered = _without(text, spans) if spans else None
     views: list[tuple[str, bool]] = [] if unnumbered is None else [(unnumbered, False)]
-    escaped = json_string_text(text if unnumbered is None else unnumbered) if json_reply else None
-    if escaped is not None:
-        views.append((escaped, True))
+    if json_reply:
+        escaped = json_string_text(text if unnumbered is None else unnumbered)
+        if escaped is not None:
+            views.append((escaped, True))
+        return views
+    decoded = json_decoded_text(text)
+    if decoded is not None:
+        views.append((unnumbered_text(decoded) or decoded, False))
     return views
