@@ -20,7 +20,7 @@ from localspec.engine.benchset import (
     parse_bench_set,
     select_kinds,
 )
-from localspec.engine.drafters.views import unnumbered_text
+from localspec.engine.drafters.views import json_decoded_text, unnumbered_text
 from localspec.errors import UserInputError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -54,7 +54,7 @@ def test_the_committed_set_is_what_the_script_builds() -> None:
 
 def test_the_agent_set_is_the_code_edits_with_their_files_shown_numbered() -> None:
     agent_set = SCRIPTS / "agent_set.json"
-    assert json.dumps(make_agent_set.build(), indent=1, ensure_ascii=False) + "\n" == agent_set.read_text()
+    assert make_agent_set.render(make_agent_set.build()) == agent_set.read_text(encoding="utf-8")
     edits = [p for p in load_bench_set(BENCH_SET) if p.kind == "code_edit"]
     prompts = load_bench_set(agent_set)
     assert [p.name for p in prompts] == [e.name.replace("edit_", "agent_") for e in edits]
@@ -65,6 +65,23 @@ def test_the_agent_set_is_the_code_edits_with_their_files_shown_numbered() -> No
         file = edit.messages[-1].content.split("```python\n")[-1].removesuffix("\n```")
         unnumbered = unnumbered_text(text)
         assert unnumbered is not None and unnumbered.endswith(f"\n{file}"), agent.name
+        assert text.startswith(edit.messages[-1].content.split("\n\n```python")[0])
+
+
+def test_the_agent_json_set_is_the_code_edits_with_their_files_in_a_json_result() -> None:
+    json_set = SCRIPTS / "agent_json_set.json"
+    assert make_agent_set.render(make_agent_set.build_json()) == json_set.read_text(encoding="utf-8")
+    edits = [p for p in load_bench_set(BENCH_SET) if p.kind == "code_edit"]
+    prompts = load_bench_set(json_set)
+    assert [p.name for p in prompts] == [e.name.replace("edit_", "agent_json_") for e in edits]
+    for edit, agent in zip(edits, prompts, strict=True):
+        # The same file and ask; the engine's decoded form of the prompt holds the file as it was,
+        # in both tools' results (the shell's numbered by `cat -n` inside the string).
+        text = agent.messages[-1].content
+        file = edit.messages[-1].content.split("```python\n")[-1].removesuffix("\n```")
+        assert "\n     1\t" not in text and f"\n{file}" not in text, agent.name
+        decoded = json_decoded_text(text)
+        assert decoded is not None and f"\n{file}" in (unnumbered_text(decoded) or decoded), agent.name
         assert text.startswith(edit.messages[-1].content.split("\n\n```python")[0])
 
 
