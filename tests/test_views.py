@@ -12,6 +12,7 @@ from localspec.engine.drafters.views import (
     has_json_lines,
     has_numbered_lines,
     json_decoded_text,
+    json_escape_spans,
     json_string_text,
     numbered_spans,
     skipped_tokens,
@@ -205,3 +206,27 @@ def test_a_reply_writing_a_json_held_file_plainly_drafts_across_its_lines(auto: 
     plain = make(text=chr)
     plain.start(prompt)
     assert "\\n" in "".join(map(chr, plain.peek(tokens, 16).tokens))
+
+
+def test_escape_spans_are_the_escapes_of_the_strings_decoded() -> None:
+    text = '{"note": "a\\"b", "content": "x = \\"1\\"\\ny = 2\\nz = 3\\u00e9"}'
+    spans = json_escape_spans(text)
+    assert [text[a:b] for a, b in spans] == ['\\"', '\\"', "\\n", "\\n", "\\u00e9"]
+    assert json_escape_spans('{"note": "one\\nline"}') == []
+
+
+def test_a_context_draft_ends_before_an_escape_a_plain_copy_never_writes() -> None:
+    # Within a line the reply matches the JSON string as far back as the decoded view, and the
+    # context's match, kept on a tie, ran on into the string's `\n`: it ends before the escape.
+    prompt_text = "read_file returned " + json.dumps({"content": CODE}) + "\nAdd docstrings."
+    prompt = _chars(prompt_text)
+    skipped = [i for a, b in json_escape_spans(prompt_text) for i in range(a, b)]
+    decoded = json_decoded_text(prompt_text)
+    assert decoded is not None
+    reply = [*prompt, *_chars("It does: return w")]  # a match within a line
+    drafter = NgramDrafter(text=chr, views=[PromptView(_chars(decoded))], skipped=skipped)
+    drafter.start(prompt)
+    assert "".join(map(chr, drafter.peek(reply, 8).tokens)) == " * h"
+    unskipped = NgramDrafter(text=chr, views=[PromptView(_chars(decoded))])
+    unskipped.start(prompt)
+    assert "".join(map(chr, unskipped.peek(reply, 8).tokens)) == " * h\\n\\n"

@@ -9,6 +9,7 @@ from localspec.engine.drafters.views import (
     PromptView,
     has_json_lines,
     has_numbered_lines,
+    json_escape_spans,
     numbered_spans,
     skipped_tokens,
     view_texts,
@@ -49,7 +50,8 @@ def prompt_forms(
     texts += [chunk.text for chunk in request.extra]
     texts += [call.arguments for m in request.messages for call in m.tool_calls]
     numbered = any(has_numbered_lines(t) for t in texts)
-    if not json_reply and not numbered and not any(has_json_lines(t) for t in texts):
+    decoded = not json_reply and any(has_json_lines(t) for t in texts)
+    if not json_reply and not numbered and not decoded:
         return NO_FORMS
     pieces = [model.piece(t) for t in prompt]
     text = b"".join(pieces).decode("utf-8", errors="replace")
@@ -58,7 +60,9 @@ def prompt_forms(
         PromptView(model.tokenize(form, add_special=False, parse_special=False), escaped)
         for form, escaped in view_texts(text, json_reply, spans)
     )
-    return PromptForms(views, skipped_tokens(pieces, text, spans) if numbered else frozenset())
+    # A copy skips the numbers, and a plain reply the escapes of the JSON strings it writes plainly.
+    skips = sorted(spans + json_escape_spans(text)) if decoded else spans
+    return PromptForms(views, skipped_tokens(pieces, text, skips) if skips else frozenset())
 
 
 def prompt_tokens(

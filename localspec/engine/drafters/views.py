@@ -43,6 +43,8 @@ _JSON_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 # Lines a JSON string must hold to be decoded: a shorter one is a message or a code literal's
 # `"\n"` as likely as a file's text.
 MIN_DECODED_LINES = 3
+# One escape in a JSON string's body.
+_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|.)")
 
 
 def json_decoded_text(text: str) -> str | None:
@@ -50,21 +52,39 @@ def json_decoded_text(text: str) -> str | None:
     breaks) written as its value on a line of its own, without its quotes (its first line begins a
     line as the reply's copy will, and an agent's numbers on it are seen); None where there is none.
     A string that does not decode (a stray quote paired with the wrong one) is kept as it is."""
-    found = False
+    found = _decodable(text)
+    if not found:
+        return None
+    parts, at = [], 0
+    for match, value in found:
+        parts += [text[at : match.start()], "\n", value]
+        at = match.end()
+    parts.append(text[at:])
+    return "".join(parts)
 
-    def decode(match: re.Match[str]) -> str:
-        nonlocal found
+
+def json_escape_spans(text: str) -> list[tuple[int, int]]:
+    """Where the escapes are (`\\n`, `\\"`, `\\u00e9`) in the strings `json_decoded_text` decodes: a
+    reply writing those strings plainly never copies them, so a draft from the prompt ends there."""
+    return [
+        (match.start(1) + escape.start(), match.start(1) + escape.end())
+        for match, _ in _decodable(text)
+        for escape in _ESCAPE.finditer(match.group(1))
+    ]
+
+
+def _decodable(text: str) -> list[tuple[re.Match[str], str]]:
+    """The JSON strings in `text` holding MIN_DECODED_LINES lines or more that decode, with their values."""
+    found = []
+    for match in _JSON_STRING.finditer(text):
         if match.group(1).count("\\n") < MIN_DECODED_LINES - 1:
-            return match.group(0)
+            continue
         try:
             value = json.loads(match.group(0))
         except ValueError:
-            return match.group(0)
-        found = True
-        return f"\n{value}"
-
-    decoded = _JSON_STRING.sub(decode, text)
-    return decoded if found else None
+            continue
+        found.append((match, str(value)))
+    return found
 
 
 def has_json_lines(text: str) -> bool:
