@@ -34,6 +34,7 @@ import random
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,29 @@ def token_text(data: dict[str, Any], tokenizer: Path | None) -> tuple[TokenText 
     return model.piece_text, frozenset(model.eog_tokens())
 
 
+def recorded_forms(trace: dict[str, Any], views: bool) -> tuple[list[PromptView], list[int]]:
+    """The prompt's other forms and the positions a copy skips, as recorded (none where `views` is
+    off, or the recording predates them)."""
+    if not views:
+        return [], []
+    return [PromptView(v["tokens"], v["escaped"]) for v in trace.get("views", [])], trace.get("skipped", [])
+
+
+def ceiling_lookups(
+    trace: dict[str, Any], views: bool, text: TokenText | None, ends: frozenset[int]
+) -> Callable[[], tuple[NgramDrafter, NgramDrafter]]:
+    """The ceiling's n-gram drafters (the fixed method's and auto's), looking up what auto's does."""
+    forms, skipped = recorded_forms(trace, views)
+
+    def make() -> tuple[NgramDrafter, NgramDrafter]:
+        return (
+            NgramDrafter(text=text, ends=ends, views=forms, skipped=skipped),
+            NgramDrafter.for_auto(text=text, ends=ends, views=forms, skipped=skipped),
+        )
+
+    return make
+
+
 def replay_ratios(
     data: dict[str, Any],
     context_costs: bool,
@@ -168,8 +192,7 @@ def replay_ratios(
         trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
         plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
         clock = SimClock()
-        forms = [PromptView(v["tokens"], v["escaped"]) for v in t.get("views", [])] if views else []
-        skipped = t.get("skipped", []) if views else []
+        forms, skipped = recorded_forms(t, views)
         ngram = NgramDrafter.for_auto(text=text, ends=ends, views=forms, skipped=skipped)
         policy = AutoPolicy(costs, ngram, None, near_tie_prior=0.0, clock=clock)
         auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=data["max_tokens"])
@@ -195,7 +218,8 @@ def replay_all(args: argparse.Namespace) -> None:
     for t in data["traces"]:
         trace = Trace(t["name"], tuple(t["prompt"]), tuple(t["output"]))
         plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
-        best = ceiling(trace, m, k_max=NGRAM_K_MAX).result.tokens_per_second
+        lookups = ceiling_lookups(t, not args.no_views, text, ends)
+        best = ceiling(trace, m, k_max=NGRAM_K_MAX, ngrams=lookups).result.tokens_per_second
         ratios = [run[t["name"]] for run in runs]
         ratio = statistics.mean(ratios)
         by_kind[t["kind"]].append(ratio)

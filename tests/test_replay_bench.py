@@ -14,6 +14,7 @@ from scriptmodules import load_script
 from localspec.auto import calibrate as cal
 from localspec.auto.costmodel import Curve
 from localspec.engine.config import LoadOptions
+from localspec.engine.drafters.views import numbered_spans
 from localspec.engine.llama import LlamaModel
 
 
@@ -76,6 +77,23 @@ def test_record_then_replay_on_the_tiny_model(
     for row in rows:  # name, prompt tok, reply tok, mean, min, max, ceiling
         mean, low, high = (float(v.rstrip("x")) for v in row[3:6])
         assert low <= mean <= high
+
+
+def test_the_ceiling_looks_up_the_recorded_views_as_auto_does(replay_bench: ModuleType) -> None:
+    # A file shown numbered, written back: only the unnumbered view drafts past a line's end, so a
+    # ceiling without it read under what auto reached on the agent set.
+    shown, plain = "     1\tx = 1\n     2\ty = 2\n     3\tz = 3\n", "x = 1\ny = 2\nz = 3\n"
+    text = "cat -n f.py\n" + shown
+    chars = [ord(c) for c in text]
+    skipped = [i for a, b in numbered_spans(text) for i in range(a, b)]
+    view = {"tokens": [ord(c) for c in plain], "escaped": False}
+    trace = {"prompt": chars, "views": [view], "skipped": skipped}
+    reply = [*chars, *(ord(c) for c in "x = 1\n")]
+    for views, drafted in ((True, "y = 2\n"), (False, "")):
+        for drafter in replay_bench.ceiling_lookups(trace, views, chr, frozenset())():
+            drafter.start(chars)
+            assert "".join(map(chr, drafter.peek(reply, 6).tokens)).startswith(drafted)
+            assert views or "y = 2" not in "".join(map(chr, drafter.peek(reply, 6).tokens))
 
 
 def test_jitter_moves_every_timed_point_a_little_and_seed_0_not_at_all(replay_bench: ModuleType) -> None:
