@@ -56,12 +56,7 @@ def agent_prompt(entry: dict[str, Any], turn: int) -> dict[str, object]:
     ask, code, path = _edit(entry)
     tool, mark = MARKS[turn % len(MARKS)]
     shown = f"{ask}\n\nThe `{tool}` tool showed {path}:\n{numbered(code, mark)}"
-    return {
-        "name": f"agent_{str(entry['name']).removeprefix('edit_')}",
-        "kind": "agent_edit",
-        "source": f"{entry['source']}; lines numbered as `{tool}` shows them",
-        "messages": [{"role": "user", "content": shown}],
-    }
+    return _prompt(entry, "agent_", f"lines numbered as `{tool}` shows them", shown)
 
 
 def json_prompt(entry: dict[str, Any], turn: int) -> dict[str, object]:
@@ -74,10 +69,15 @@ def json_prompt(entry: dict[str, Any], turn: int) -> dict[str, object]:
         tool, intro = "bash", f"The `bash` tool ran `cat -n {path}` and returned"
         result = {"exit_code": 0, "stdout": numbered(code, "\t")}
     shown = f"{ask}\n\n{intro}:\n{json.dumps(result, ensure_ascii=False)}"
+    return _prompt(entry, "agent_json_", f"returned in a JSON string by `{tool}`", shown)
+
+
+def _prompt(entry: dict[str, Any], prefix: str, how: str, shown: str) -> dict[str, object]:
+    """The set's entry for a bench set's code edit, named with `prefix`, its file shown `how`."""
     return {
-        "name": f"agent_json_{str(entry['name']).removeprefix('edit_')}",
+        "name": f"{prefix}{str(entry['name']).removeprefix('edit_')}",
         "kind": "agent_edit",
-        "source": f"{entry['source']}; returned in a JSON string by `{tool}`",
+        "source": f"{entry['source']}; {how}",
         "messages": [{"role": "user", "content": shown}],
     }
 

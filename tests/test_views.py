@@ -88,6 +88,24 @@ def _chars(text: str) -> list[int]:
     return [ord(c) for c in text]
 
 
+def _copy_across_a_break(prompt: list[int], view: str, auto: bool) -> str:
+    """A reply writing CODE back in a code block, up to a line's break: checks that the drafter
+    looking up `view` drafts the next line as it is, and gives what the context alone drafts."""
+    copied = CODE.index("h):\n    return 2")
+    tokens = [*prompt, *_chars("```python\n" + CODE[:copied])]
+    make = NgramDrafter.for_auto if auto else NgramDrafter
+    drafter = make(text=chr, views=[PromptView(_chars(view))])
+    drafter.start(prompt)
+    for end in range(len(prompt) + 1, len(tokens) + 1):  # as the reply comes, token by token
+        drafter.peek(tokens[:end], 16)
+    match = drafter.peek(tokens, 16)
+    assert "".join(map(chr, match.tokens)) == CODE[copied : copied + 16]
+    assert match.match_len > 8
+    plain = make(text=chr)
+    plain.start(prompt)
+    return "".join(map(chr, plain.peek(tokens, 16).tokens))
+
+
 @pytest.mark.parametrize("auto", [False, True])
 def test_a_reply_writing_a_numbered_file_back_drafts_across_its_lines(auto: bool) -> None:
     # An agent showed the file numbered: the reply writes its lines without the numbers, so the
@@ -98,21 +116,8 @@ def test_a_reply_writing_a_numbered_file_back_drafts_across_its_lines(auto: bool
     prompt = _chars(prompt_text)
     unnumbered = unnumbered_text(prompt_text)
     assert unnumbered is not None
-    copied = CODE.index("h):\n    return 2")
-    reply = _chars("```python\n" + CODE[:copied])
-    make = NgramDrafter.for_auto if auto else NgramDrafter
-    drafter = make(text=chr, views=[PromptView(_chars(unnumbered))])
-    drafter.start(prompt)
-    tokens = [*prompt, *reply]
-    for end in range(len(prompt) + 1, len(tokens) + 1):  # as the reply comes, token by token
-        drafter.peek(tokens[:end], 16)
-    match = drafter.peek(tokens, 16)
-    assert "".join(map(chr, match.tokens)) == CODE[copied : copied + 16]
-    assert match.match_len > 8
     # Without it, the lookup copies the line's number after its break.
-    plain = make(text=chr)
-    plain.start(prompt)
-    assert "     6\t" in "".join(map(chr, plain.peek(tokens, 16).tokens))
+    assert "     6\t" in _copy_across_a_break(prompt, unnumbered, auto)
 
 
 def test_numbered_spans_are_where_each_line_s_number_is() -> None:
@@ -192,20 +197,7 @@ def test_a_reply_writing_a_json_held_file_plainly_drafts_across_its_lines(auto: 
     prompt = _chars(prompt_text)
     decoded = json_decoded_text(prompt_text)
     assert decoded is not None
-    copied = CODE.index("h):\n    return 2")
-    reply = _chars("```python\n" + CODE[:copied])
-    make = NgramDrafter.for_auto if auto else NgramDrafter
-    drafter = make(text=chr, views=[PromptView(_chars(decoded))])
-    drafter.start(prompt)
-    tokens = [*prompt, *reply]
-    for end in range(len(prompt) + 1, len(tokens) + 1):
-        drafter.peek(tokens[:end], 16)
-    match = drafter.peek(tokens, 16)
-    assert "".join(map(chr, match.tokens)) == CODE[copied : copied + 16]
-    assert match.match_len > 8
-    plain = make(text=chr)
-    plain.start(prompt)
-    assert "\\n" in "".join(map(chr, plain.peek(tokens, 16).tokens))
+    assert "\\n" in _copy_across_a_break(prompt, decoded, auto)
 
 
 def test_escape_spans_are_the_escapes_of_the_strings_decoded() -> None:
