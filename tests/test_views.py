@@ -80,7 +80,8 @@ def test_view_texts_by_reply_and_prompt() -> None:
     result = "read_file returned " + json.dumps({"path": "shapes.py", "content": CODE})
     decoded = json_decoded_text(result)
     assert decoded is not None
-    assert view_texts(result, False, numbered_spans(result)) == [(decoded, False)]
+    assert view_texts(result, False, numbered_spans(result), decoded) == [(decoded, False)]
+    assert view_texts(result, False, numbered_spans(result)) == []  # the request holds no such string
     assert view_texts(result, True, numbered_spans(result)) == [(json_string_text(result), True)]
 
 
@@ -185,7 +186,8 @@ def test_json_strings_holding_lines_are_written_as_their_values() -> None:
 def test_numbered_lines_inside_a_json_result_are_taken_off_too() -> None:
     result = json.dumps({"output": numbered(CODE, "\t")})
     assert not has_numbered_lines(result)  # its lines are escaped: one line of text
-    assert view_texts(result, False, numbered_spans(result)) == [(f'{{"output": \n{CODE}}}', False)]
+    decoded = json_decoded_text(result)
+    assert view_texts(result, False, [], decoded) == [(f'{{"output": \n{CODE}}}', False)]
 
 
 @pytest.mark.parametrize("auto", [False, True])

@@ -9,6 +9,7 @@ from localspec.engine.drafters.views import (
     PromptView,
     has_json_lines,
     has_numbered_lines,
+    json_decoded_text,
     json_escape_spans,
     numbered_spans,
     skipped_tokens,
@@ -50,18 +51,20 @@ def prompt_forms(
     texts += [chunk.text for chunk in request.extra]
     texts += [call.arguments for m in request.messages for call in m.tool_calls]
     numbered = any(has_numbered_lines(t) for t in texts)
-    decoded = not json_reply and any(has_json_lines(t) for t in texts)
-    if not json_reply and not numbered and not decoded:
+    # Strings the request's own texts hold: a tool's description the template renders is not copied.
+    decodes = not json_reply and any(has_json_lines(t) for t in texts)
+    if not json_reply and not numbered and not decodes:
         return NO_FORMS
     pieces = [model.piece(t) for t in prompt]
     text = b"".join(pieces).decode("utf-8", errors="replace")
     spans = numbered_spans(text) if has_numbered_lines(text) else []
+    decoded = json_decoded_text(text) if decodes else None
     views = tuple(
         PromptView(model.tokenize(form, add_special=False, parse_special=False), escaped)
-        for form, escaped in view_texts(text, json_reply, spans)
+        for form, escaped in view_texts(text, json_reply, spans, decoded)
     )
     # A copy skips the numbers, and a plain reply the escapes of the JSON strings it writes plainly.
-    skips = sorted(spans + json_escape_spans(text)) if decoded else spans
+    skips = sorted(spans + json_escape_spans(text)) if decoded is not None else spans
     return PromptForms(views, skipped_tokens(pieces, text, skips) if skips else frozenset())
 
 

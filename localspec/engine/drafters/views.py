@@ -175,20 +175,21 @@ def skipped_tokens(pieces: Sequence[bytes], text: str, spans: Sequence[tuple[int
     return frozenset(skipped)
 
 
-def view_texts(text: str, json_reply: bool, spans: Sequence[tuple[int, int]]) -> list[tuple[str, bool]]:
+def view_texts(
+    text: str, json_reply: bool, spans: Sequence[tuple[int, int]], decoded: str | None = None
+) -> list[tuple[str, bool]]:
     """The forms of the prompt's `text` a reply may copy besides its own, each with whether it is
     escaped: the text unnumbered (its numbers at `spans`, `numbered_spans(text)`), for any reply;
     for a JSON reply, the text as a JSON string holds it, unnumbered where it had numbers (the
-    numbers escaped are no more copied than the plain); for any other, its JSON strings decoded
-    (`json_decoded_text`), unnumbered where they hold numbered lines (`cat -n` in a JSON result)."""
+    numbers escaped are no more copied than the plain); for any other, `decoded`, the text with its
+    JSON strings decoded (`json_decoded_text`), unnumbered where they hold numbered lines (`cat -n`
+    in a JSON result)."""
     unnumbered = _without(text, spans) if spans else None
     views: list[tuple[str, bool]] = [] if unnumbered is None else [(unnumbered, False)]
     if json_reply:
         escaped = json_string_text(text if unnumbered is None else unnumbered)
         if escaped is not None:
             views.append((escaped, True))
-        return views
-    decoded = json_decoded_text(text)
-    if decoded is not None:
+    elif decoded is not None:
         views.append((unnumbered_text(decoded) or decoded, False))
     return views
