@@ -59,6 +59,11 @@ class Timed:
     tokens: int
     ttft_s: float
     decode_tps: float
+    # localspec's own account of the reply (its finish chunk's stats): target steps, tokens drafted
+    # and accepted; None for llama-server, and in runs written before they were kept.
+    steps: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
 
 
 class Contestant:
@@ -78,6 +83,7 @@ class Contestant:
         arrivals: list[float] = []
         parts: list[str] = []
         tokens, finish = 0, None
+        stats: Mapping[str, Any] = {}
         with self.client.stream("POST", "/v1/chat/completions", json=payload, timeout=600) as reply:
             if reply.status_code != 200:
                 sys.exit(f"{self.name} answered {reply.status_code}: {reply.read()[:300]!r}")
@@ -88,6 +94,9 @@ class Contestant:
                     if text:
                         arrivals.append(time.perf_counter())
                         parts.append(text)
+                own = data.get("localspec")
+                if isinstance(own, dict) and "steps" in own:  # not a token chunk's ids
+                    stats = own
                 usage = data.get("usage")
                 if usage:
                     tokens = int(usage["completion_tokens"])
@@ -101,6 +110,9 @@ class Contestant:
             tokens,
             round(arrivals[0] - sent, 4),
             round((tokens - 1) / decode, 2) if tokens > 1 and decode > 0 else 0.0,
+            stats.get("steps"),
+            stats.get("drafted"),
+            stats.get("accepted"),
         )
 
 
@@ -192,11 +204,18 @@ def run(
                 samples[c.name].append(sample)
                 print(
                     f"{prompt.name[:28]:<28} {c.name:<18} {sample.tokens:>4} tok  decode "
-                    f"{sample.decode_tps:>6.2f} tok/s  ttft {sample.ttft_s:>6.3f} s",
+                    f"{sample.decode_tps:>6.2f} tok/s  ttft {sample.ttft_s:>6.3f} s{_steps(sample)}",
                     flush=True,
                 )
         runs[prompt.name] = samples
     return runs
+
+
+def _steps(sample: Timed) -> str:
+    """localspec's steps and drafts for the progress line; nothing for llama-server."""
+    if sample.steps is None:
+        return ""
+    return f"  steps {sample.steps}, {sample.accepted}/{sample.drafted} drafted right"
 
 
 # Contestants whose state carries from one request to the next: llama-server's ngram-mod keeps a

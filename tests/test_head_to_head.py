@@ -29,20 +29,25 @@ def one_run(speeds: dict[str, list[float]]) -> dict[str, dict[str, list[h2h.Time
     return {"p": {c: [timed(x) for x in speeds[c]] for c in CONTESTANTS}}
 
 
-def reply(finish: str, usage_tokens: int) -> httpx.Response:
-    """Three one-token chunks streamed, as llama-server streams them, then the usage."""
+def reply(finish: str, usage_tokens: int, stats: dict[str, Any] | None = None) -> httpx.Response:
+    """Three one-token chunks streamed, as llama-server streams them (localspec's with `stats` on
+    its finish chunk), then the usage."""
     events: list[dict[str, Any]] = [
         {"choices": [{"delta": {"content": c}, "finish_reason": None}]} for c in "abc"
     ]
-    events.append({"choices": [{"delta": {}, "finish_reason": finish}]})
+    if stats is not None:  # localspec's token chunks carry their ids
+        for i, event in enumerate(events):
+            event["localspec"] = {"token_ids": [i], "from_draft": 0}
+    last: dict[str, Any] = {"choices": [{"delta": {}, "finish_reason": finish}]}
+    events.append({**last, "localspec": stats} if stats else last)
     events.append({"choices": [], "usage": {"completion_tokens": usage_tokens}})
     body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
     return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
 
 
-def streamed(finish: str, usage_tokens: int) -> httpx.Client:
+def streamed(finish: str, usage_tokens: int, stats: dict[str, Any] | None = None) -> httpx.Client:
     """A client whose server streams `reply`."""
-    answer = reply(finish, usage_tokens)
+    answer = reply(finish, usage_tokens, stats)
     return httpx.Client(base_url="http://server", transport=httpx.MockTransport(lambda _: answer))
 
 
@@ -54,6 +59,19 @@ def test_llama_servers_end_token_is_not_counted_as_a_streamed_token() -> None:
     assert h2h.Contestant("server-plain", streamed("length", 3), {}, counts_end=True).ask({}).tokens == 3
     # localspec counts what it streamed.
     assert h2h.Contestant("localspec-none", streamed("stop", 3), {}).ask({}).tokens == 3
+
+
+def test_localspec_s_steps_and_drafts_are_kept_beside_its_speed() -> None:
+    # Its finish chunk's stats say how the reply was decoded (a run that drafted little and one
+    # whose drafts cost more read alike by speed alone); llama-server's have none.
+    stats = {"steps": 2, "drafted": 2, "accepted": 1, "tokens": 3}
+    ours = h2h.Contestant("localspec-auto", streamed("stop", 3, stats), {}).ask({})
+    assert (ours.steps, ours.drafted, ours.accepted) == (2, 2, 1)
+    theirs = h2h.Contestant("server-plain", streamed("stop", 4), {}, counts_end=True).ask({})
+    assert (theirs.steps, theirs.drafted, theirs.accepted) == (None, None, None)
+    # Runs written before these were kept still load.
+    older: dict[str, Any] = json.loads('{"text": "x", "tokens": 3, "ttft_s": 1.0, "decode_tps": 9.0}')
+    assert h2h.Timed(**older).steps is None
 
 
 def test_paired_ratio_is_the_median_of_round_by_round_ratios() -> None:
