@@ -20,7 +20,7 @@ from localspec.engine.benchset import (
     parse_bench_set,
     select_kinds,
 )
-from localspec.engine.drafters.views import json_decoded_text, unnumbered_text
+from localspec.engine.drafters.views import json_decoded, unnumbered_text
 from localspec.errors import UserInputError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -80,8 +80,9 @@ def test_the_agent_json_set_is_the_code_edits_with_their_files_in_a_json_result(
         text = agent.messages[-1].content
         file = edit.messages[-1].content.split("```python\n")[-1].removesuffix("\n```")
         assert "\n     1\t" not in text and f"\n{file}" not in text, agent.name
-        decoded = json_decoded_text(text)
-        assert decoded is not None and f"\n{file}" in (unnumbered_text(decoded) or decoded), agent.name
+        decoded = json_decoded(text)
+        assert decoded is not None, agent.name
+        assert f"\n{file}" in (unnumbered_text(decoded.text) or decoded.text), agent.name
         assert text.startswith(edit.messages[-1].content.split("\n\n```python")[0])
 
 

@@ -11,8 +11,7 @@ from localspec.engine.drafters.views import (
     PromptView,
     has_json_lines,
     has_numbered_lines,
-    json_decoded_text,
-    json_escape_spans,
+    json_decoded,
     json_string_text,
     numbered_spans,
     skipped_tokens,
@@ -21,6 +20,12 @@ from localspec.engine.drafters.views import (
 )
 
 CODE = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+
+
+def decoded_text(text: str) -> str | None:
+    """The text `json_decoded` gives, None where it decodes nothing."""
+    decoded = json_decoded(text)
+    return None if decoded is None else decoded.text
 
 
 def numbered(text: str, mark: str, first: int = 1) -> str:
@@ -78,7 +83,7 @@ def test_view_texts_by_reply_and_prompt() -> None:
     assert view_texts(shown, True, numbered_spans(shown)) == [(CODE, False), (plain, True)]
     # A JSON result holding the file: decoded for a plain reply; a JSON reply copies it as it is.
     result = "read_file returned " + json.dumps({"path": "shapes.py", "content": CODE})
-    decoded = json_decoded_text(result)
+    decoded = decoded_text(result)
     assert decoded is not None
     assert view_texts(result, False, numbered_spans(result), decoded) == [(decoded, False)]
     assert view_texts(result, False, numbered_spans(result)) == []  # the request holds no such string
@@ -172,21 +177,21 @@ def test_a_draft_from_the_context_ends_before_a_number_the_copy_skips() -> None:
 def test_json_strings_holding_lines_are_written_as_their_values() -> None:
     result = json.dumps({"path": "shapes.py", "content": CODE, "note": "two\nlines"}, ensure_ascii=False)
     assert has_json_lines(result)
-    assert json_decoded_text(result) == f'{{"path": "shapes.py", "content": \n{CODE}, "note": "two\\nlines"}}'
+    assert decoded_text(result) == f'{{"path": "shapes.py", "content": \n{CODE}, "note": "two\\nlines"}}'
     # Fewer lines than a file's: a message or a code literal's "\n", kept as it is.
     for text in ['print("usage:\\n  run it")', CODE, "no strings here"]:
         assert not has_json_lines(text)
-        assert json_decoded_text(text) is None
+        assert decoded_text(text) is None
     # An escape JSON does not know (a regex in code, a quote paired with the wrong one) stays.
     odd = '"\\d+\\n\\s\\n\\w"'
     assert has_json_lines(odd)
-    assert json_decoded_text(odd) is None
+    assert decoded_text(odd) is None
 
 
 def test_numbered_lines_inside_a_json_result_are_taken_off_too() -> None:
     result = json.dumps({"output": numbered(CODE, "\t")})
     assert not has_numbered_lines(result)  # its lines are escaped: one line of text
-    decoded = json_decoded_text(result)
+    decoded = decoded_text(result)
     assert view_texts(result, False, [], decoded) == [(f'{{"output": \n{CODE}}}', False)]
 
 
@@ -197,16 +202,17 @@ def test_a_reply_writing_a_json_held_file_plainly_drafts_across_its_lines(auto: 
     # line) and proposes the escape; the decoded view drafts the next line as it is.
     prompt_text = "read_file returned " + json.dumps({"content": CODE}) + "\nAdd docstrings."
     prompt = _chars(prompt_text)
-    decoded = json_decoded_text(prompt_text)
+    decoded = decoded_text(prompt_text)
     assert decoded is not None
     assert "\\n" in _copy_across_a_break(prompt, decoded, auto)
 
 
 def test_escape_spans_are_the_escapes_of_the_strings_decoded() -> None:
     text = '{"note": "a\\"b", "content": "x = \\"1\\"\\ny = 2\\nz = 3\\u00e9"}'
-    spans = json_escape_spans(text)
-    assert [text[a:b] for a, b in spans] == ['\\"', '\\"', "\\n", "\\n", "\\u00e9"]
-    assert json_escape_spans('{"note": "one\\nline"}') == []
+    decoded = json_decoded(text)
+    assert decoded is not None
+    assert [text[a:b] for a, b in decoded.escapes] == ['\\"', '\\"', "\\n", "\\n", "\\u00e9"]
+    assert json_decoded('{"note": "one\\nline"}') is None  # no string decoded, no escape to skip
 
 
 def test_a_context_draft_ends_before_an_escape_a_plain_copy_never_writes() -> None:
@@ -214,9 +220,10 @@ def test_a_context_draft_ends_before_an_escape_a_plain_copy_never_writes() -> No
     # context's match, kept on a tie, ran on into the string's `\n`: it ends before the escape.
     prompt_text = "read_file returned " + json.dumps({"content": CODE}) + "\nAdd docstrings."
     prompt = _chars(prompt_text)
-    skipped = [i for a, b in json_escape_spans(prompt_text) for i in range(a, b)]
-    decoded = json_decoded_text(prompt_text)
-    assert decoded is not None
+    found = json_decoded(prompt_text)
+    assert found is not None
+    skipped = [i for a, b in found.escapes for i in range(a, b)]
+    decoded = found.text
     reply = [*prompt, *_chars("It does: return w")]  # a match within a line
     drafter = NgramDrafter(text=chr, views=[PromptView(_chars(decoded))], skipped=skipped)
     drafter.start(prompt)

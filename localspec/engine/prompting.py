@@ -9,8 +9,7 @@ from localspec.engine.drafters.views import (
     PromptView,
     has_json_lines,
     has_numbered_lines,
-    json_decoded_text,
-    json_escape_spans,
+    json_decoded,
     numbered_spans,
     skipped_tokens,
     view_texts,
@@ -58,14 +57,14 @@ def prompt_forms(
     pieces = [model.piece(t) for t in prompt]
     text = b"".join(pieces).decode("utf-8", errors="replace")
     spans = numbered_spans(text) if has_numbered_lines(text) else []
-    decoded = json_decoded_text(text) if decodes else None
+    decoded = json_decoded(text) if decodes else None
     views = tuple(
         PromptView(model.tokenize(form, add_special=False, parse_special=False), escaped)
-        for form, escaped in view_texts(text, json_reply, spans, decoded)
+        for form, escaped in view_texts(text, json_reply, spans, decoded.text if decoded else None)
     )
     # A copy skips the numbers, and a plain reply the escapes of the JSON strings it writes plainly.
-    skips = sorted(spans + json_escape_spans(text)) if decoded is not None else spans
-    return PromptForms(views, skipped_tokens(pieces, text, skips) if skips else frozenset())
+    skips = sorted([*spans, *decoded.escapes]) if decoded else spans
+    return PromptForms(views, skipped_tokens(pieces, text, skips))
 
 
 def prompt_tokens(

@@ -10,7 +10,7 @@ at most a line at a time (each line break differs):
   (`unnumbered_text`);
 - the other way round, a prompt holds code or text as a JSON string (a tool's JSON result, an earlier
   tool call's arguments as the chat template renders them) and the reply writes it plainly
-  (`json_decoded_text`).
+  (`json_decoded`).
 Pure functions over text: the engine tokenizes what they give (`view_texts`).
 """
 
@@ -47,49 +47,49 @@ MIN_DECODED_LINES = 3
 _ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{4}|.)")
 
 
-def json_decoded_text(text: str) -> str | None:
+@dataclass(frozen=True)
+class Decoded:
+    """The prompt's text with its JSON strings decoded (`json_decoded`), and where their escapes were."""
+
+    text: str
+    escapes: tuple[tuple[int, int], ...]  # in the text given, each escape's start and end (`\\n`, `\\u00e9`)
+
+
+def json_decoded(text: str) -> Decoded | None:
     """`text` with each JSON string in it that holds MIN_DECODED_LINES lines or more (escaped line
     breaks) written as its value on a line of its own, without its quotes (its first line begins a
     line as the reply's copy will, and an agent's numbers on it are seen); None where there is none.
-    A string that does not decode (a stray quote paired with the wrong one) is kept as it is."""
-    found = _decodable(text)
-    if not found:
-        return None
-    parts, at = [], 0
-    for match, value in found:
-        parts += [text[at : match.start()], "\n", value]
-        at = match.end()
-    parts.append(text[at:])
-    return "".join(parts)
-
-
-def json_escape_spans(text: str) -> list[tuple[int, int]]:
-    """Where the escapes are (`\\n`, `\\"`, `\\u00e9`) in the strings `json_decoded_text` decodes: a
-    reply writing those strings plainly never copies them, so a draft from the prompt ends there."""
-    return [
-        (match.start(1) + escape.start(), match.start(1) + escape.end())
-        for match, _ in _decodable(text)
-        for escape in _ESCAPE.finditer(match.group(1))
-    ]
-
-
-def _decodable(text: str) -> list[tuple[re.Match[str], str]]:
-    """The JSON strings in `text` holding MIN_DECODED_LINES lines or more that decode, with their values."""
-    found = []
+    A string that does not decode (a stray quote paired with the wrong one) is kept as it is.
+    With it, where those strings' escapes are: a reply writing the strings plainly never copies
+    them, so a draft from the prompt ends there."""
+    parts: list[str] = []
+    escapes: list[tuple[int, int]] = []
+    at = 0
     for match in _JSON_STRING.finditer(text):
-        if match.group(1).count("\\n") < MIN_DECODED_LINES - 1:
+        if not _holds_lines(match):
             continue
         try:
             value = json.loads(match.group(0))
         except ValueError:
             continue
-        found.append((match, str(value)))
-    return found
+        parts += [text[at : match.start()], "\n", str(value)]
+        at = match.end()
+        body = match.start(1)
+        escapes += [(body + e.start(), body + e.end()) for e in _ESCAPE.finditer(match.group(1))]
+    if not parts:
+        return None
+    parts.append(text[at:])
+    return Decoded("".join(parts), tuple(escapes))
 
 
 def has_json_lines(text: str) -> bool:
-    """Whether `text` holds a JSON string `json_decoded_text` would decode, without decoding it."""
-    return any(m.group(1).count("\\n") >= MIN_DECODED_LINES - 1 for m in _JSON_STRING.finditer(text))
+    """Whether `text` holds a JSON string `json_decoded` would decode, without decoding it."""
+    return any(_holds_lines(m) for m in _JSON_STRING.finditer(text))
+
+
+def _holds_lines(match: re.Match[str]) -> bool:
+    """Whether a JSON string (`_JSON_STRING`'s match) holds MIN_DECODED_LINES lines or more."""
+    return match.group(1).count("\\n") >= MIN_DECODED_LINES - 1
 
 
 # A numbered line: spaces, its number, and the mark after it.
@@ -182,7 +182,7 @@ def view_texts(
     escaped: the text unnumbered (its numbers at `spans`, `numbered_spans(text)`), for any reply;
     for a JSON reply, the text as a JSON string holds it, unnumbered where it had numbers (the
     numbers escaped are no more copied than the plain); for any other, `decoded`, the text with its
-    JSON strings decoded (`json_decoded_text`), unnumbered where they hold numbered lines (`cat -n`
+    JSON strings decoded (`json_decoded`), unnumbered where they hold numbered lines (`cat -n`
     in a JSON result)."""
     unnumbered = _without(text, spans) if spans else None
     views: list[tuple[str, bool]] = [] if unnumbered is None else [(unnumbered, False)]
