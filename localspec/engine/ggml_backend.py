@@ -12,6 +12,7 @@ import ctypes
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 
@@ -75,6 +76,55 @@ def local_devices() -> list[tuple[str, int]]:
         dev = reg.ggml_backend_dev_get(i)
         out.append((_base().ggml_backend_dev_name(dev).decode(), int(_base().ggml_backend_dev_type(dev))))
     return out
+
+
+# llama.cpp's AMX weight buffers crash the process in ggml_backend_amx_mul_mat on some Intel CPUs
+# with AMX (Sapphire Rapids and later): seen here on a 2-vCPU KVM Xeon, at the first decode of both
+# Qwen2.5-Coder models; upstream ggml-org/llama.cpp#20824, open without a fix. Repacked weights
+# (CPU_REPACK, the next extra buffer type) run the same models at full speed, so AMX is never used.
+UNSAFE_EXTRA_BUFFERS = ("AMX",)
+
+
+def _extra_bufts() -> Any:
+    """The CPU's extra buffer types that models load into: a null-terminated array owned by
+    ggml-cpu (a copy made for model loading, read again at each load), or None."""
+    base = _base()
+    reg = _registry().ggml_backend_reg_by_name(b"CPU")
+    if not reg:
+        return None
+    address = base.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
+    if not address:
+        return None
+    base.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_buft_name.restype = ctypes.c_char_p
+    get = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(address)
+    return get(base.ggml_backend_reg_dev_get(reg, 0))
+
+
+def extra_buffer_types() -> list[str]:
+    """The names of the CPU's extra buffer types a model load may choose (AMX, CPU_REPACK, ...)."""
+    bufts, names, i = _extra_bufts(), [], 0
+    while bufts is not None and bufts[i]:
+        names.append((_base().ggml_backend_buft_name(bufts[i]) or b"").decode(errors="replace"))
+        i += 1
+    return names
+
+
+def drop_extra_buffer_types(names: Sequence[str] = UNSAFE_EXTRA_BUFFERS) -> list[str]:
+    """Take these buffer types out of the CPU's extra buffer types that models load into; the names
+    of those removed. Call before loading any model.
+
+    Removing an entry in place, shifting the rest left with the terminator, makes every later load
+    choose among the others, as llama.cpp reads the array again at each load.
+    """
+    bufts = _extra_bufts()
+    present = extra_buffer_types()
+    kept = [bufts[i] for i, name in enumerate(present) if name not in names]
+    for j, buft in enumerate(kept):
+        bufts[j] = buft
+    for j in range(len(kept), len(present)):
+        bufts[j] = None
+    return [name for name in present if name in names]
 
 
 def has_local_gpu() -> bool:

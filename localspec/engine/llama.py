@@ -71,6 +71,11 @@ def _init_backend() -> None:
         else:
             llama_cpp.llama_log_set(_quiet_log, ctypes.c_void_p(0))
         llama_cpp.llama_backend_init()
+        from localspec.engine.ggml_backend import drop_extra_buffer_types
+
+        dropped = drop_extra_buffer_types()
+        if dropped:
+            log.info("not loading weights into %s buffers (they crash llama.cpp here)", ", ".join(dropped))
         _backend_ready = True
 
 
