@@ -232,12 +232,15 @@ def machine_from(data: dict[str, Any], args: argparse.Namespace) -> Machine:
         flat = Curve(tuple(verify(1) * (1 + args.gpu_slope * (n - 1)) for n in range(1, K_MAX + 2)))
         return Machine(flat, flat.scaled(args.draft_ratio), args.overhead_ratio * verify(1), 0.0, 0.0)
     nones = [row["none"] for row in data["measured"].values()]
+    step = mean(r["python_s"] / r["steps"] for r in nones)
+    if args.calibration and args.step_overhead_ms is not None:
+        step = args.step_overhead_ms / 1e3
     if args.draft_ratio:
         draft = Curve(tuple(s / draft(1) * verify(1) * args.draft_ratio for s in draft.seconds))
     return Machine(
         verify,
         draft,
-        mean(r["python_s"] / r["steps"] for r in nones),
+        step,
         data["position_overhead"],
         data["draft_token_overhead"],
         cap,
@@ -402,6 +405,12 @@ def main() -> None:
         "--calibration",
         help="CPU: verify and draft curves from `localspec calibrate --draft D --json` instead of the "
         "recorded ones (with --fast: what the repacked loading would do on these traces)",
+    )
+    pre.add_argument(
+        "--step-overhead-ms",
+        type=float,
+        help="with --calibration: the engine's Python per step measured on that machine (a GPU's, from "
+        "scripts/gpu_measure.py) instead of the recorded CPU's",
     )
     pre.add_argument(
         "--max-verify-batch",
