@@ -42,7 +42,7 @@ from localspec.auto.oracle import ceiling
 from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
 from localspec.auto.replay import Machine, SimClock, Trace, TraceDrafter, replay
 from localspec.engine import speculative
-from localspec.engine.config import EXACT_VERIFY_BATCH, EngineConfig, LoadOptions
+from localspec.engine.config import EXACT_VERIFY_BATCH, EXACT_VERIFY_BATCH_GPU, EngineConfig, LoadOptions
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
@@ -581,6 +581,26 @@ def test_fast_loading_verifies_in_any_batch_and_skips_near_tie_redecides(
     assert gen.stats.exact and gen.stats.redecided > 0
     exact_target.close()
     exact_draft.close()
+
+
+def test_exact_loading_on_a_gpu_drafts_nothing(
+    tiny_target: Path, tiny_perfect_draft: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On CUDA no verify of 2+ positions rounds as one-token decoding (measured on an H200:
+    # config.EXACT_VERIFY_BATCH_GPU), so --exact with layers on a GPU must never draft. No GPU
+    # here: only the offload check is faked; llama.cpp itself loads and decodes on the CPU.
+    from localspec.engine import llama as backend
+
+    monkeypatch.setattr(backend, "gpu_offload_supported", lambda: True)
+    target = LlamaModel(tiny_target, TINY)
+    assert target.on_gpu and target.max_verify_batch == EXACT_VERIFY_BATCH_GPU == 1
+    draft = LlamaModel(tiny_perfect_draft, TINY)
+    gen = generate(target, FixedPolicy(ModelDrafter(draft), 4), "the cat sat on", max_tokens=24)
+    assert gen.stats.exact and gen.stats.drafted == 0
+    cpu = LlamaModel(tiny_target, dataclasses.replace(TINY, gpu_layers=0))
+    assert not cpu.on_gpu and cpu.max_verify_batch == EXACT_VERIFY_BATCH
+    for model in (target, draft, cpu):
+        model.close()
 
 
 def test_auto_is_token_identical_under_sampling_with_a_seed(

@@ -56,6 +56,12 @@ class LoadOptions:
 # alone on all 8 bench prompts at 128 tokens; k = 7 and 8 (batches of 8, 9) diverged on two of them, at
 # tokens 15 and 50, at positions the near-tie re-decide does not catch. See docs/benchmarks.md.
 EXACT_VERIFY_BATCH = 7
+# The same with the model's layers on a CUDA GPU: none wider than one token. Measured on an H200
+# (scripts/gpu_measure.py, llama.cpp as vendored by llama-cpp-python 0.3.36, Qwen2.5-Coder-1.5B
+# shaped Q4_K_M): every verify of 2 to 64 positions changed logits against one-token decoding, with
+# and without flash attention, and greedy draft and layerskip output left `none`'s at near-ties.
+# So --exact on a GPU drafts nothing: bit-identical, at plain decoding's speed. docs/benchmarks.md.
+EXACT_VERIFY_BATCH_GPU = 1
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp import _logger as llama_logger
 
-from localspec.engine.config import EXACT_VERIFY_BATCH, LoadOptions, default_threads
+from localspec.engine.config import EXACT_VERIFY_BATCH, EXACT_VERIFY_BATCH_GPU, LoadOptions, default_threads
 from localspec.errors import (
     ContextOverflowError,
     LocalspecError,
@@ -175,7 +175,8 @@ class LlamaModel:
         self._out_ctx = self._ctx
         # Verify batches larger than this would not round as the target alone does (see above); with
         # repacked weights no batch size is exact, and speculation there is lossless up to rounding.
-        self.max_verify_batch = EXACT_VERIFY_BATCH if options.batch_invariant else options.n_batch
+        exact_batch = EXACT_VERIFY_BATCH_GPU if self.on_gpu else EXACT_VERIFY_BATCH
+        self.max_verify_batch = exact_batch if options.batch_invariant else options.n_batch
 
     @property
     def exact(self) -> bool:
@@ -191,6 +192,8 @@ class LlamaModel:
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
             params.n_gpu_layers = -1 if gpu is None else gpu
         params.use_extra_bufts = self.repack
+        # Layers on a local GPU (RPC workers are not: their verifies are measured as a CPU's).
+        self.on_gpu = params.n_gpu_layers != 0 and not self.options.rpc and gpu_offload_supported()
         callback = None
         if progress is not None:
             progress(0.0)
