@@ -171,3 +171,22 @@ def test_the_escaped_text_is_looked_up_once_the_reply_escapes_a_character() -> N
     # Its first escape: from then on the copy is drafted as the JSON string holds it.
     tokens += _chars('\\"a\\"\\ny = x')
     assert "".join(map(chr, drafter.peek(tokens, 8).tokens)) == " * 2\\npr"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ([], [], 0),
+        ([1, 2, 3], [1, 2, 3, 4], 3),  # one extends the other: the usual case
+        ([1, 2, 3, 4], [1, 2, 3], 3),
+        ([1, 2, 3], (1, 2, 3, 4), 3),  # a list against a tuple compares by value
+        ([1, 2, 9, 4], [1, 2, 3, 4], 2),
+        ([7, 2, 3], [1, 2, 3], 0),
+        ([1] * 1000 + [2], [1] * 1000 + [3], 1000),
+        (list(range(1025)), [*range(517), -1, *range(518, 1025)], 517),
+    ],
+)
+def test_common_prefix(a: list[int], b: list[int], expected: int) -> None:
+    from localspec.engine.drafters.base import common_prefix
+
+    assert common_prefix(a, b) == expected == common_prefix(b, a)
