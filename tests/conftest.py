@@ -127,3 +127,13 @@ def gemma(models_dir: Path) -> Path:
 def smollm(models_dir: Path) -> Path:
     """SmolLM2 135M Instruct, Q4_1: another vocabulary unlike Qwen's."""
     return _real_model(models_dir, "smollm2-135m-instruct-q4_1")
+
+
+@pytest.fixture
+def lean_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pick-draft's GPU prior without its fixed cost per decode (GPU_STEP_OVERHEAD_BYTES, measured on
+    an H200 as 2.25 GB of streaming): tiny test models then cost in proportion to their bytes, so a
+    tiny draft pays under a "big" tiny target, as a 0.5B draft does under a 32B one."""
+    from localspec.pickdraft import cost
+
+    monkeypatch.setattr(cost, "GPU_STEP_OVERHEAD_BYTES", 0.0)

@@ -127,16 +127,19 @@ def test_fast_loading_is_planned_with_cheaper_verifies_and_repacked_memory(
 
 
 @pytest.mark.slow
-def test_with_a_24gib_gpu_the_qwen_draft_is_chosen(real_models: Path, env: dict[str, str]) -> None:
+def test_on_a_24gib_gpu_the_qwen_draft_costs_what_an_h200_measured(
+    real_models: Path, env: dict[str, str]
+) -> None:
+    # Measured on an H200 (docs/benchmarks.md, "GPU, measured"): the 0.5B decodes a token in 0.82
+    # of the 1.5B's time, both latency-bound, so drafting with it loses and n-gram copies win.
     target = real_models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     result = pick_draft(target, nvidia(24 * GIB, 32 * GIB), env=env)
     choice = result.choice
-    assert (
-        choice.method == "draft" and choice.draft == real_models / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    )
-    assert (choice.gpu_layers, choice.draft_gpu_layers, choice.n_ctx) == (-1, -1, 4096)
-    assert choice.expected_speedup > 1.1 and choice.k >= 1
-    assert result.candidates[0].estimate is not None and result.candidates[0].estimate.draft_cost < 0.45
+    assert choice.method == "ngram" and choice.draft is None
+    assert (choice.gpu_layers, choice.n_ctx) == (-1, 4096)
+    rows = {c.label: c for c in result.candidates}
+    qwen = rows["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"].estimate
+    assert qwen is not None and 0.78 < qwen.draft_cost < 0.86 and qwen.speedup < 1.0
 
 
 @pytest.mark.slow
@@ -162,7 +165,8 @@ def test_the_catalog_draft_is_offered_when_none_is_on_disk(
     assert [c.pull for c in offered] == [
         "localspec pull Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     ]
-    assert offered[0].fits and offered[0].expected_speedup is not None and offered[0].expected_speedup > 1
+    # Estimated, though under this small a target it does not pay on a GPU (H200: 0.82 of a token).
+    assert offered[0].fits and offered[0].expected_speedup is not None and offered[0].expected_speedup < 1
     assert not offered[0].usable  # not on disk: offered, never chosen
     assert result.choice.method != "draft"
 
@@ -238,6 +242,32 @@ def test_cost_model_gpu_and_cpu_shapes() -> None:
     # Free n-gram drafts on a flat curve never lose; without matches they change nothing.
     assert ngram_estimate(flat, 0.2, [0.4], measured=False).speedup > 1.0
     assert ngram_estimate(flat, 0.0, [0.4], measured=False).speedup == pytest.approx(1.0)
+
+
+def test_the_gpu_prior_is_the_h200_calibration_and_a_draft_pays_under_a_big_target() -> None:
+    gpu = Curve(tuple(cost.GPU_CURVE(n) for n in range(1, 17)))
+    assert gpu(2) == pytest.approx(1.32) and gpu(9) == pytest.approx(2.09)
+    mib = 2**20
+    # Bytes a token reads, as the planner counts them: the 1.5B and 0.5B Qwen2.5-Coder Q4_K_M, a
+    # 32B-sized Q4_K_M target (19 GB).
+    small, draft, big = 980_097_536, 391_859_712, 19_000 * mib
+
+    def token_s(read: int) -> float:
+        return cost._prior_seconds(_reading(read), 1, True)[0]
+
+    assert token_s(draft) / token_s(small) == pytest.approx(0.82, abs=0.01)  # as measured
+    ratio = token_s(draft) / token_s(big)
+    assert ratio < 0.15
+    assert estimate(gpu, ratio, [0.7], measured=False, k_max=8).speedup > 1.3
+    assert estimate(gpu, token_s(draft) / token_s(small), [0.7], measured=False, k_max=8).speedup < 1.0
+
+
+def _reading(read: int) -> cost.ModelShape:
+    """A one-layer model that reads `read` bytes a token, all on the GPU."""
+    return cost.ModelShape(
+        name="m", layer_bytes=(read,), embd_bytes=0, head_bytes=0, tied_head=False, other_bytes=0,
+        n_vocab=1000, n_embd=64, n_head_kv=1, head_dim_k=64, head_dim_v=64, n_ctx_train=4096, bpe=True,
+    )  # fmt: skip
 
 
 def test_the_fast_prior_is_our_repacked_calibration_and_drafts_past_the_exact_cap() -> None:

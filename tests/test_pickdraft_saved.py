@@ -29,7 +29,7 @@ GPU = nvidia(24 * GIB, 8 * GIB)
 
 
 @pytest.fixture
-def machine(monkeypatch: pytest.MonkeyPatch) -> list[DeviceMemory]:
+def machine(monkeypatch: pytest.MonkeyPatch, lean_gpu: None) -> list[DeviceMemory]:
     """This machine's memory, as the test says: the last device in the list."""
     seen = [GPU]
     monkeypatch.setattr(devices, "detect_memory", lambda vram=None, ram=None: seen[-1])

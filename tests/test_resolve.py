@@ -55,7 +55,7 @@ def catalog_pair(models: Path, tiny_target: Path, tiny_perfect_draft: Path) -> t
 
 
 def test_on_a_gpu_the_pick_loads_the_small_draft_and_auto_runs_it(
-    models: Path, big_target: Path, tiny_target: Path
+    models: Path, big_target: Path, tiny_target: Path, lean_gpu: None
 ) -> None:
     draft = shutil.copy(tiny_target, models / "small.gguf")
     config, pick = serve_config(load_settings(target=big_target), **GPU)

@@ -5,16 +5,17 @@ The step arithmetic (expected tokens, the best k) is the auto controller's
 not measured, from the memory plan:
 
 - a token costs what the model reads per token (every block and the output head)
-  over the bandwidth of where it sits; a CPU also pays a fixed cost per decode
-  (CPU_STEP_OVERHEAD_BYTES), which is why a 0.5B draft costs 0.6-0.75 of a 1.5B
-  target's token on a 2-core CPU though it reads 0.4 of its bytes, while on
-  memory-bound GPU decoding it costs about its size ratio;
+  over the bandwidth of where it sits, plus a fixed cost per decode on each side
+  (CPU_STEP_OVERHEAD_BYTES, GPU_STEP_OVERHEAD_BYTES), which is why a 0.5B draft costs
+  0.6-0.75 of a 1.5B target's token on a 2-core CPU and 0.82 on an H200 (measured) though
+  it reads 0.4 of its bytes: on a fast GPU small models are latency-bound, and a draft
+  pays only under a target that reads several times its bytes;
 - verifying n tokens costs V(n) = 1 + 0.4 (n - 1) target tokens on a CPU with batch-invariant
   loading (`--exact`; calibration on the 2-core CI machine: V(4) = 2.25, V(7) = 3.48); with
   repacked weights (the default) it follows REPACKED_CPU_POINTS, our own calibration of the Qwen
   1.5B target on a 2-core AVX-512 CPU (V(2) = 1.64, V(4) = 2.62, V(8) = 4.63, V(16) = 5.22,
-  V(64) = 12.64: dear for short drafts, cheap for long ones, which only copies fill); it is nearly
-  flat on a GPU;
+  V(64) = 12.64: dear for short drafts, cheap for long ones, which only copies fill); on a GPU it
+  follows GPU_POINTS, measured on an H200 (V(2) = 1.32, V(9) = 2.09: not flat for a 1.5B);
 - drafts go as far as the engine verifies: 6 tokens with --exact (EXACT_VERIFY_BATCH); otherwise
   auto's K_MAX for a draft model and, for an n-gram copy, NGRAM_K_MAX into the verify widths
   auto drafts to (`costmodel.allowed`);
@@ -56,10 +57,16 @@ CPU_VERIFY_SLOPE = 0.4
 # and batches of 40+ are read with the plain prefill copy), interpolated between: `localspec
 # calibrate` on the 2-core AVX-512 machine, 2026-11-24 (docs/benchmarks.md).
 REPACKED_CPU_POINTS = {1: 1.0, 2: 1.64, 4: 2.62, 8: 4.63, 16: 5.22, 24: 7.87, 32: 9.87, 48: 10.47, 64: 12.64}
-GPU_VERIFY_SLOPE = 0.02
-# Effective bytes per second of decoding: only their ratio matters, for a model split across both.
+# V(n) / V(1) with every layer on a GPU: the engine's calibration of the Qwen2.5-Coder-1.5B layout
+# on an H200, 2026-11-26 (docs/benchmarks.md, "GPU, measured"; at 9 positions llama.cpp's CUDA
+# backend leaves its matrix-vector kernel). A bigger target's curve is flatter: this prior is dear.
+GPU_POINTS = {1: 1.0, 2: 1.32, 4: 1.33, 8: 1.65, 9: 2.09, 16: 2.16, 24: 2.33, 32: 2.51, 48: 2.88, 64: 3.29}
+# Effective bytes per second of decoding, CPU: fitted on the 2-core CI machine; GPU: fitted with
+# GPU_STEP_OVERHEAD_BYTES to the H200's decode of the 1.5B (2.47 ms, 980 MB a token) and the 0.5B
+# (2.02 ms, 392 MB): launches and synchronisation cost as much as streaming 2.25 GB more.
 CPU_BANDWIDTH = 20e9
-GPU_BANDWIDTH = 400e9
+GPU_BANDWIDTH = 1.31e12
+GPU_STEP_OVERHEAD_BYTES = 2.25e9
 # A decode on a CPU costs, besides streaming the weights, about as long as streaming this much
 # more (threads handing off each op, the graph, the step's Python): fitted so the 0.5B Qwen draft
 # costs ~0.64 of the 1.5B target's token, as measured on the 2-core CI machine.
@@ -169,6 +176,7 @@ def _exact_shape(n: int) -> float:
 
 
 REPACKED_CPU_CURVE = Curve.from_points(REPACKED_CPU_POINTS, max(REPACKED_CPU_POINTS))
+GPU_CURVE = Curve.from_points(GPU_POINTS, max(GPU_POINTS))
 
 
 def k_max(repack: bool) -> int:
@@ -194,5 +202,5 @@ def _prior_seconds(
     gpu_read = sum(shape.layer_bytes[n - gpu_layers :]) + (head if all_on_gpu else 0)
     cpu_read = shape.bytes_per_token - gpu_read
     cpu = (cpu_read + CPU_STEP_OVERHEAD_BYTES) / CPU_BANDWIDTH if cpu_read > 0 else 0.0
-    gpu = gpu_read / GPU_BANDWIDTH
-    return tuple(cpu * cpu_shape(m) + gpu * (1 + GPU_VERIFY_SLOPE * (m - 1)) for m in range(1, k_max + 2))
+    gpu = (gpu_read + GPU_STEP_OVERHEAD_BYTES) / GPU_BANDWIDTH if gpu_read > 0 else 0.0
+    return tuple(cpu * cpu_shape(m) + gpu * GPU_CURVE(m) for m in range(1, k_max + 2))
