@@ -9,8 +9,9 @@ Stages:
 - system: llama.cpp's build and devices, offload support.
 - curves: V(n) of the target (n = 1..16 and auto's wide verifies) and of the draft, for the
   default loading, --exact, and the default with flash attention off; prompt speed (512 tokens).
-- rounding: per verify width, the most a batched verify moves the target's top-two logit gaps
-  against one-token decoding (0.0: it rounds exactly as one-token decoding), for each loading.
+- rounding: per verify width, whether a batched verify's logits equal one-token decoding's
+  bit for bit, and if not how far they and the top token's gaps to its rivals moved and how often
+  the argmax flipped, for each loading.
 - paths: the engine with every layer offloaded: each method's greedy output against `none`'s
   (identical, or a divergence explained by the measured rounding margin), cancel mid-request,
   and --exact's output against `none`'s.
@@ -37,7 +38,7 @@ import numpy as np  # noqa: E402
 from localspec.auto.calibrate import DRAFT_SIZES, SIZES, backend_id, measure, usable_sizes  # noqa: E402
 from localspec.engine.config import EngineConfig, LoadOptions  # noqa: E402
 from localspec.engine.llama import LlamaModel, gpu_offload_supported  # noqa: E402
-from localspec.engine.lossless import explain, rounding_margin  # noqa: E402
+from localspec.engine.lossless import RIVALS, explain, rounding_margin  # noqa: E402
 from localspec.engine.prompting import prompt_tokens  # noqa: E402
 from localspec.engine.templating import TemplateRenderer  # noqa: E402
 from localspec.engine.worker import Engine  # noqa: E402
@@ -155,7 +156,7 @@ def batch_shift(model: LlamaModel, prompt: list[int], n_tokens: int, width: int)
             ref, got = single[s + j], model.logits(j)
             identical &= bool(np.array_equal(ref, got))
             diff = max(diff, float(np.abs(ref - got).max()))
-            order = np.argsort(ref)[-5:]
+            order = np.argsort(ref)[-(RIVALS + 1) :]
             best, rivals = order[-1], order[:-1]
             shift = max(shift, float(np.abs((got[best] - got[rivals]) - (ref[best] - ref[rivals])).max()))
             flips += int(got.argmax() != best)
