@@ -8,10 +8,10 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from scriptmodules import load_script
+from tinymodels import write_tiny_model
 
 from localspec.engine.llama import LlamaModel
-from tests.scriptmodules import load_script
-from tests.tinymodels import write_tiny_model
 
 shaped = load_script("shaped_gguf")
 
