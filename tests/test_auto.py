@@ -601,6 +601,17 @@ def test_exact_loading_on_a_gpu_drafts_nothing(
     assert not cpu.on_gpu and cpu.max_verify_batch == EXACT_VERIFY_BATCH
     for model in (target, draft, cpu):
         model.close()
+    # Through the engine, every method says why it ran plain.
+    config = EngineConfig(target=tiny_target, draft=tiny_perfect_draft, load=TINY)
+    with Engine(config) as engine:
+        engine.wait_ready()
+        for method in ("draft", "ngram", "auto"):
+            request = GenerationRequest(prompt="the cat sat on", max_tokens=8, speculative=SpecParams(method))
+            stats = engine.generate(request).stats
+            assert stats.method == "none" and stats.drafted == 0 and stats.exact
+            assert stats.fallback_reason == f"{method} off: " + (
+                "--exact with layers on a GPU verifies one token at a time (no wider verify is bit-identical)"
+            )
 
 
 def test_auto_is_token_identical_under_sampling_with_a_seed(

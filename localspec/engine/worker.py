@@ -392,6 +392,10 @@ class Engine:
         method = spec.method
         assert self._target is not None
         ngram = method in ("auto", "ngram")
+        if method != "none" and self._k_limit() < 1:
+            # --exact with the target on a GPU: no batched verify rounds as one-token decoding there.
+            why = "verifies one token at a time (no wider verify is bit-identical)"
+            return FixedPolicy(None, 0), "none", 0, f"{method} off: --exact with layers on a GPU {why}"
         forms = prompt_forms(self._target, req, prompt, json_reply) if ngram else NO_FORMS
         if method == "auto":
             policy = self._auto_policy(spec.k, self._ngram(req, forms, auto=True))
