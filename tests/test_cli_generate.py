@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from localspec.cli import cli
+from localspec.process.hugepages import huge_pages
 
 ONE_THREAD = ["--threads", "1", "--ctx", "512"]
 
@@ -151,6 +152,7 @@ def test_bench_compares_every_method_with_none(
     assert code == 0, err
     report = json.loads(out)
     assert report["settings"]["max_tokens"] == 24 and report["settings"]["methods"] == ["draft", "ngram"]
+    assert report["settings"]["huge_pages"] is huge_pages()  # this process's: the speed depends on it
     assert set(report["prompts"]) == {"a", "b"}
     for entry in report["prompts"].values():
         assert entry["kind"] == "other"

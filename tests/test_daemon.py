@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 from daemonproc import (
     LONG_CHAT,
     Daemon,
+    daemon_env,
     listening,
     metric,
     run_cli,
@@ -25,6 +27,7 @@ from daemonproc import (
 )
 
 from localspec.models.catalog import load_catalog
+from localspec.process.hugepages import glibc_version, thp_mode, tunables_with_huge_pages
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -87,6 +90,10 @@ def test_started_without_a_draft_health_says_what_pick_draft_chose(daemon: Daemo
     assert "(expected " in pick  # then the choice's own reason
     assert health["draft"] is None
     assert health["exact"] is False  # llama.cpp's own loading unless started with --exact
+    # The daemon restarted itself with huge pages where the kernel gives them only on request.
+    mode, env = thp_mode(), daemon_env(daemon.home)
+    restarts = tunables_with_huge_pages(env, mode, sys.platform, glibc_version()) is not None
+    assert health["huge_pages"] is (mode == "always" or restarts)
 
 
 def test_status_without_a_daemon_says_how_to_start_one(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ from localspec.cli import pickdraft as _pickdraft  # noqa: F401
 from localspec.cli import rpcworker as _rpcworker  # noqa: F401
 from localspec.cli import serve as _serve  # noqa: F401
 from localspec.cli.app import cli
+from localspec.process.hugepages import restart_with_huge_pages
 
 
 def main() -> None:
     """Console-script entry point."""
+    restart_with_huge_pages()  # before any model is loaded (see process.hugepages)
     cli(prog_name="localspec")
 
 

@@ -14,6 +14,7 @@ import click
 
 from localspec.cli.app import cli
 from localspec.cli.options import LoadProgress, model_options, pop_model_settings
+from localspec.process.hugepages import huge_pages
 from localspec.types import METHODS, Method
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ def bench(
             "threads": settings.threads,
             "n_ctx": settings.n_ctx,
             "exact": exact,
+            "huge_pages": huge_pages(),
             "started": started,
             "finished": _now(),
         }

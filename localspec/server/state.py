@@ -24,6 +24,7 @@ from localspec.engine.rpc import worker_states
 from localspec.engine.worker import Event, Handle
 from localspec.errors import DaemonError, LocalspecError
 from localspec.models.gguf_info import GGUFInfo
+from localspec.process.hugepages import huge_pages
 from localspec.server.catalog import ModelCatalog
 from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
@@ -107,7 +108,8 @@ class ServerState:
 
     def health(self) -> dict[str, Any]:
         status = self.status()
-        body: dict[str, Any] = {"status": status, "version": __version__}
+        # Whether the weights llama.cpp copies into memory sit in huge pages (process.hugepages).
+        body: dict[str, Any] = {"status": status, "version": __version__, "huge_pages": huge_pages()}
         default = self.default
         if status == "failed" and default is not None:
             body["error"] = default.engine.info.error
