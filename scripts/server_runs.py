@@ -181,11 +181,14 @@ class ServerProcess:
         self.proc, self.port, self.log = proc, port, log
 
     @classmethod
-    def start(cls, server: Path, argv: list[str], port: int, log: Path) -> ServerProcess:
-        """Start it and wait until /health answers; exit with its log's name if it does not."""
+    def start(
+        cls, server: Path, argv: list[str], port: int, log: Path, env: Mapping[str, str] | None = None
+    ) -> ServerProcess:
+        """Start it (with `env`, else this process's environment) and wait until /health answers; exit
+        with its log's name if it does not."""
         cmd = [str(server), "--host", "127.0.0.1", "--port", str(port), *argv]
         with log.open("wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:

@@ -174,3 +174,12 @@ def test_sampled_runs_send_one_distribution_to_both_servers() -> None:
 
 def test_greedy_is_the_default() -> None:
     assert h2h.sampling_of(h2h.parse_args(["--merge", "x.json"])) == {}
+
+
+def test_llama_server_can_be_started_with_huge_pages_as_localspec_starts_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=0")
+    assert h2h.server_env(False) is None  # this process's environment, unchanged
+    env = h2h.server_env(True)
+    assert env is not None and env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
