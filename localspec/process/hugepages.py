@@ -2,9 +2,9 @@
 
 Decoding streams every weight once per token. llama.cpp's repacked weights, its KV cache and its
 compute buffers are plain heap memory (posix_memalign), mapped in 4 KiB pages wherever the kernel
-gives transparent huge pages only to memory that asks for them (`madvise`, the default of Ubuntu
-and Debian kernels and of many VMs): a 1.5B model's 800 MiB of repacked weights then cost about
-200,000 page-table walks a token. glibc asks for huge pages for its large allocations when started
+gives transparent huge pages only to memory that asks for them (`madvise`, as Ubuntu's kernels and
+many VMs' are set): a 1.5B model's 800 MiB of repacked weights then span some 200,000 pages, every
+one of them read each token. glibc asks for huge pages for its large allocations when started
 with the tunable `glibc.malloc.hugetlb=1`, and a tunable is read only when a process starts. So
 `localspec`, when started without it where it helps, replaces itself (exec, the same pid and
 arguments) with a copy started with it, before anything is loaded. Measured on 2 vCPUs of a
