@@ -27,7 +27,7 @@ from daemonproc import (
 )
 
 from localspec.models.catalog import load_catalog
-from localspec.process.hugepages import glibc_version, thp_mode, tunables_with_huge_pages
+from localspec.process.hugepages import glibc_version, huge_pages, thp_mode, tunables_with_huge_pages
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -91,9 +91,11 @@ def test_started_without_a_draft_health_says_what_pick_draft_chose(daemon: Daemo
     assert health["draft"] is None
     assert health["exact"] is False  # llama.cpp's own loading unless started with --exact
     # The daemon restarted itself with huge pages where the kernel gives them only on request.
-    mode, env = thp_mode(), daemon_env(daemon.home)
-    restarts = tunables_with_huge_pages(env, mode, sys.platform, glibc_version()) is not None
-    assert health["huge_pages"] is (mode == "always" or restarts)
+    env = daemon_env(daemon.home)
+    restarted = tunables_with_huge_pages(env, thp_mode(), sys.platform, glibc_version())
+    assert health["huge_pages"] is huge_pages(
+        {**env, "GLIBC_TUNABLES": restarted or env.get("GLIBC_TUNABLES", "")}
+    )
 
 
 def test_status_without_a_daemon_says_how_to_start_one(tmp_path: Path) -> None:

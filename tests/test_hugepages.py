@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.process import hugepages
 from localspec.process.hugepages import (
     OPT_OUT,
     TUNABLE,
@@ -47,6 +48,16 @@ def test_no_restart(
     env: dict[str, str], mode: str | None, platform: str, glibc: tuple[int, int] | None
 ) -> None:
     assert tunables_with_huge_pages(env, mode, platform, glibc) is None
+
+
+def test_huge_pages_reads_the_tunable_as_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hugepages, "thp_mode", lambda: "madvise")
+    monkeypatch.setattr(hugepages, "glibc_version", lambda: GLIBC)
+    assert hugepages.huge_pages({"GLIBC_TUNABLES": f"glibc.malloc.arena_max=2:{TUNABLE}=1"})
+    assert not hugepages.huge_pages({"GLIBC_TUNABLES": f"{TUNABLE}=0"})
+    assert not hugepages.huge_pages({})
+    monkeypatch.setattr(hugepages, "thp_mode", lambda: "always")  # every allocation has them
+    assert hugepages.huge_pages({})
 
 
 def test_thp_mode_reads_the_bracketed_choice(tmp_path: Path) -> None:

@@ -80,11 +80,14 @@ def restart_with_huge_pages() -> None:
         log.debug("could not restart with huge pages: %s", exc)
 
 
-def huge_pages() -> bool:
-    """Whether this process's large allocations are backed by transparent huge pages."""
+def huge_pages(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the large allocations of a process started with `environ` (default: this one's) are
+    backed by transparent huge pages."""
     mode = thp_mode()
     if mode == "always":
         return True
     glibc = glibc_version()
-    asked = f"{TUNABLE}=1" in os.environ.get("GLIBC_TUNABLES", "").split(":")
+    asked = f"{TUNABLE}=1" in (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "").split(
+        ":"
+    )
     return mode == "madvise" and asked and glibc is not None and glibc >= (2, 35)
