@@ -47,7 +47,7 @@ from server_runs import PLAIN, SPEC_TYPES, ServerProcess, request_body, streamed
 
 from localspec.engine.benchset import BenchPrompt, load_selected
 from localspec.errors import UserInputError
-from localspec.process.hugepages import TUNABLE
+from localspec.process.hugepages import asking_for_huge_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
@@ -166,8 +166,7 @@ def server_env(huge_pages: bool) -> dict[str, str] | None:
     """llama-server's environment: this one's, with huge pages for its large allocations if asked."""
     if not huge_pages:
         return None
-    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t and not t.startswith(TUNABLE)]
-    return {**os.environ, "GLIBC_TUNABLES": ":".join([*tunables, f"{TUNABLE}=1"])}
+    return {**os.environ, "GLIBC_TUNABLES": asking_for_huge_pages(os.environ.get("GLIBC_TUNABLES", ""))}
 
 
 def served_name(client: httpx.Client, target: Path) -> str:

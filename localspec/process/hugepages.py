@@ -49,18 +49,32 @@ def glibc_version() -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+MIN_GLIBC = (2, 35)  # the first glibc that reads the tunable
+
+
+def _on_request(mode: str | None, glibc: tuple[int, int] | None) -> bool:
+    """Whether the kernel gives huge pages only on request and this glibc can be told to ask."""
+    return mode == "madvise" and glibc is not None and glibc >= MIN_GLIBC
+
+
+def asking_for_huge_pages(tunables: str) -> str:
+    """GLIBC_TUNABLES `tunables` with glibc told to ask for huge pages (replacing any say of its own)."""
+    kept = [t for t in tunables.split(":") if t and not t.startswith(TUNABLE)]
+    return ":".join([*kept, f"{TUNABLE}=1"])
+
+
 def tunables_with_huge_pages(
     environ: Mapping[str, str], mode: str | None, platform: str, glibc: tuple[int, int] | None
 ) -> str | None:
     """The GLIBC_TUNABLES to restart with so that large allocations ask for huge pages; None: no restart."""
-    if platform != "linux" or mode != "madvise" or glibc is None or glibc < (2, 35):
+    if platform != "linux" or not _on_request(mode, glibc):
         return None
     if environ.get(OPT_OUT, "").strip().lower() in ("0", "false", "no", "off"):
         return None
     current = environ.get("GLIBC_TUNABLES", "")
     if TUNABLE in current:  # set by the user (either way), or by our own restart
         return None
-    return f"{current}:{TUNABLE}=1" if current else f"{TUNABLE}=1"
+    return asking_for_huge_pages(current)
 
 
 def restart_with_huge_pages() -> None:
@@ -69,13 +83,10 @@ def restart_with_huge_pages() -> None:
     Returns only where no restart is needed or exec failed (then it runs on as it is).
     """
     tunables = tunables_with_huge_pages(os.environ, thp_mode(), sys.platform, glibc_version())
-    if tunables is None:
-        return
-    argv = list(getattr(sys, "orig_argv", ()))
-    if not argv or not sys.executable:
+    if tunables is None or not sys.orig_argv or not sys.executable:
         return
     try:
-        os.execve(sys.executable, argv, {**os.environ, "GLIBC_TUNABLES": tunables})
+        os.execve(sys.executable, sys.orig_argv, {**os.environ, "GLIBC_TUNABLES": tunables})
     except OSError as exc:  # e.g. the interpreter was replaced underneath us: run on without
         log.debug("could not restart with huge pages: %s", exc)
 
@@ -86,8 +97,5 @@ def huge_pages(environ: Mapping[str, str] | None = None) -> bool:
     mode = thp_mode()
     if mode == "always":
         return True
-    glibc = glibc_version()
-    asked = f"{TUNABLE}=1" in (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "").split(
-        ":"
-    )
-    return mode == "madvise" and asked and glibc is not None and glibc >= (2, 35)
+    tunables = (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "")
+    return f"{TUNABLE}=1" in tunables.split(":") and _on_request(mode, glibc_version())

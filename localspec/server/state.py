@@ -47,6 +47,9 @@ class ServerState:
         self.config = config
         self.metrics = Metrics()
         self.started = time.time()
+        # Whether the weights llama.cpp copies into memory sit in huge pages (process.hugepages):
+        # fixed when the process started, so read once.
+        self.huge_pages = huge_pages()
         self.active: set[Handle] = set()
         self.shutting_down = False
         self._ready = False
@@ -108,8 +111,7 @@ class ServerState:
 
     def health(self) -> dict[str, Any]:
         status = self.status()
-        # Whether the weights llama.cpp copies into memory sit in huge pages (process.hugepages).
-        body: dict[str, Any] = {"status": status, "version": __version__, "huge_pages": huge_pages()}
+        body: dict[str, Any] = {"status": status, "version": __version__, "huge_pages": self.huge_pages}
         default = self.default
         if status == "failed" and default is not None:
             body["error"] = default.engine.info.error
