@@ -25,7 +25,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,9 @@ def prompt_speed(model: LlamaModel, n: int = 512, passes: int = 3) -> float:
     return n / best
 
 
-def curves(target: Path, draft: Path) -> Report:
+def curves(target: Path, draft: Path, loadings: Sequence[str] = tuple(LOADINGS)) -> Report:
     found: Report = {}
-    for loading in LOADINGS:
+    for loading in loadings:
         for role, path, sizes in (("target", target, SIZES), ("draft", draft, DRAFT_SIZES)):
             model = load(path, loading)
             try:
@@ -271,11 +271,16 @@ def main() -> None:
     parser.add_argument("--draft", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stages", default="system,curves,rounding,paths")
+    parser.add_argument(
+        "--loadings",
+        default=",".join(LOADINGS),
+        help="The curves stage's loadings (for a large target: default).",
+    )
     args = parser.parse_args()
     report: Report = {"target": args.target.name, "draft": args.draft.name}
     runs: dict[str, Callable[[], Any]] = {
         "system": system,
-        "curves": lambda: curves(args.target, args.draft),
+        "curves": lambda: curves(args.target, args.draft, args.loadings.split(",")),
         "rounding": lambda: rounding(args.target),
         "paths": lambda: paths(args.target, args.draft),
     }

@@ -11,8 +11,16 @@ without NaNs. Small float tensors (norms, biases) are kept exactly.
 Such a model tokenizes as the real one does and costs what it costs to run; its text is
 nonsense, so acceptance rates must come from the real model (recorded traces).
 
+`make --like 7b` (or 14b, 32b) writes the same family at a larger size: Qwen2.5's hidden size,
+feed-forward size, head counts and layer count for that size, each layer with the quantization
+types of the source's layer at the same depth, the source's tokenizer. A 7B-32B target cannot
+travel either, and it is what users run with a 0.5B draft; its file is what llama.cpp would load
+for that model, up to the vocabulary (Qwen2.5-7B pads its embedding to 152,064 rows, the source's
+151,936 are kept so the draft's vocabulary matches).
+
     .venv/bin/python scripts/shaped_gguf.py dump models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf q15.npz
     python3 scripts/shaped_gguf.py make q15.npz /tmp/q15-shaped.gguf
+    python3 scripts/shaped_gguf.py make q15.npz /tmp/q7b-shaped.gguf --like 7b
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +45,27 @@ EXACT_ELEMENTS = 1 << 20
 POOL_BLOCKS = 8192
 # Reader fields that describe the file, not the model; the writer adds its own.
 SKIP_KEYS = ("GGUF.", "general.architecture", "general.alignment")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A transformer's size: what `make --like` changes in a layout (head size and vocabulary kept)."""
+
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    layers: int
+    label: str
+
+
+# Qwen2.5's sizes (the models' config.json: hidden_size, intermediate_size, num_attention_heads,
+# num_key_value_heads, num_hidden_layers), all with 128-wide heads as the 0.5B-3B have.
+QWEN25 = {
+    "7b": Shape(3584, 18944, 28, 4, 28, "7B"),
+    "14b": Shape(5120, 13824, 40, 8, 48, "14B"),
+    "32b": Shape(5120, 27648, 40, 8, 64, "32B"),
+}
 
 
 def _value(field: Any) -> tuple[str, str | None, Any]:
@@ -90,12 +120,90 @@ def _metadata_value(vtype: str, sub: str | None, value: Any) -> tuple[Any, Any, 
     return value, main, subtype
 
 
-def make(layout_file: Path, out: Path, seed: int = 0) -> int:
-    """Write a GGUF with the layout's metadata and tensors, weights drawn from its pools. Returns bytes."""
+def _meta(layout: dict[str, Any], key: str) -> Any:
+    return next(value for k, _, _, value in layout["metadata"] if k == key)
+
+
+def resized(layout: dict[str, Any], arrays: dict[str, Any], shape: Shape, rng: Any) -> dict[str, Any]:
+    """`layout` at `shape`'s size: tensors scaled by role, layers mapped by depth, metadata to match.
+
+    Small float tensors (norms, biases) of a new size are drawn from the source tensor's own values
+    and added to `arrays`.
+    """
+    arch = layout["architecture"]
+    hidden, ffn = int(_meta(layout, f"{arch}.embedding_length")), _meta(layout, f"{arch}.feed_forward_length")
+    heads = _meta(layout, f"{arch}.attention.head_count")
+    kv_heads = _meta(layout, f"{arch}.attention.head_count_kv")
+    layers = int(_meta(layout, f"{arch}.block_count"))
+    if not all(isinstance(v, int) for v in (ffn, heads, kv_heads)):
+        raise ValueError("per-layer head counts or feed-forward sizes cannot be resized")
+    head = hidden // heads
+    if shape.hidden != shape.heads * head:
+        width = shape.hidden / shape.heads
+        raise ValueError(f"{shape.label}: {width:g}-wide heads, not the source's {head}-wide head")
+    kv, new_kv = kv_heads * head, shape.kv_heads * head
+
+    def dims(name: str, old: list[int]) -> list[int]:
+        role = name.rsplit(".", 2)[-2] if name.startswith("blk.") else name.split(".")[0]
+        if role in ("attn_k", "attn_v"):
+            table = {hidden: shape.hidden, kv: new_kv}
+        elif role in ("ffn_gate", "ffn_up", "ffn_down"):
+            table = {hidden: shape.hidden, ffn: shape.ffn}
+        else:
+            table = {hidden: shape.hidden}
+        return [table.get(n, n) for n in old]
+
+    source = {t["name"]: t for t in layout["tensors"]}
+    tensors: list[dict[str, Any]] = []
+    for t in layout["tensors"]:
+        if not t["name"].startswith("blk."):
+            tensors.append(_scaled(t, t["name"], dims(t["name"], t["shape"]), arrays, rng))
+    for i in range(shape.layers):
+        depth = i * layers // shape.layers
+        prefix = f"blk.{depth}."
+        for name, t in source.items():
+            if name.startswith(prefix):
+                new_name = f"blk.{i}.{name[len(prefix) :]}"
+                tensors.append(_scaled(t, new_name, dims(name, t["shape"]), arrays, rng))
+    changed = {
+        f"{arch}.embedding_length": shape.hidden,
+        f"{arch}.feed_forward_length": shape.ffn,
+        f"{arch}.attention.head_count": shape.heads,
+        f"{arch}.attention.head_count_kv": shape.kv_heads,
+        f"{arch}.block_count": shape.layers,
+        "general.size_label": shape.label,
+    }
+    metadata = [[k, vtype, sub, changed.get(k, value)] for k, vtype, sub, value in layout["metadata"]]
+    if "general.size_label" not in {m[0] for m in metadata}:
+        metadata.append(["general.size_label", "STRING", None, shape.label])
+    return {**layout, "metadata": metadata, "tensors": tensors}
+
+
+def _scaled(
+    t: dict[str, Any], name: str, shape: list[int], arrays: dict[str, Any], rng: Any
+) -> dict[str, Any]:
+    qtype = gguf.GGMLQuantizationType[t["type"]]
+    if qtype not in FLOAT_TYPES and shape[0] % gguf.GGML_QUANT_SIZES[qtype][0]:
+        raise ValueError(f"{name}: rows of {shape[0]} do not split into {qtype.name} blocks")
+    entry = {**t, "name": name, "shape": shape}
+    if t.get("exact"):
+        values = arrays[f"exact/{t['name']}"]
+        n = int(np.prod(shape))
+        arrays[f"exact/{name}"] = values if values.size == n else rng.choice(values.reshape(-1), size=n)
+    return entry
+
+
+def make(layout_file: Path, out: Path, seed: int = 0, like: Shape | None = None) -> int:
+    """Write a GGUF with the layout's metadata and tensors, weights drawn from its pools. Returns bytes.
+
+    `like`: the same family at that size (resized()).
+    """
     with np.load(layout_file) as data:
         layout = json.loads(data["layout"].tobytes())
         arrays = {name: data[name] for name in data.files if name != "layout"}
     rng = np.random.default_rng(seed)
+    if like is not None:
+        layout = resized(layout, arrays, like, rng)
     writer = gguf.GGUFWriter(out, layout["architecture"])
     for key, vtype, sub, value in layout["metadata"]:
         val, main, subtype = _metadata_value(vtype, sub, value)
@@ -137,13 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("layout", type=Path)
     m.add_argument("out", type=Path)
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--like", choices=sorted(QWEN25), help="Write it at this Qwen2.5 size instead.")
     args = parser.parse_args(argv)
     if args.verb == "dump":
         layout = dump(args.source, args.out, args.pool_blocks)
         size = args.out.stat().st_size
         print(f"{args.out}: {len(layout['tensors'])} tensors, {size / 1e6:.1f} MB", file=sys.stderr)
     else:
-        size = make(args.layout, args.out, args.seed)
+        size = make(args.layout, args.out, args.seed, QWEN25[args.like] if args.like else None)
         print(f"{args.out}: {size / 1e6:.1f} MB", file=sys.stderr)
     return 0
 

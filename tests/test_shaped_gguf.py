@@ -80,3 +80,44 @@ def test_the_real_draft_model_shaped_tokenizes_and_sizes_as_the_real_one(
     text = "<|im_start|>user\nRename `total` to `count`.<|im_end|>\n"
     assert copy.tokenize(text) == real_model.tokenize(text)
     assert copy.size_bytes == real_model.size_bytes
+
+
+def test_a_layout_made_at_a_larger_size_loads_with_that_size_and_the_same_tokenizer(tmp_path: Path) -> None:
+    source = write_tiny_model(tmp_path / "source.gguf", dtype="q8_0", n_layers=3)
+    layout = tmp_path / "layout.npz"
+    shaped.dump(source, layout, exact_elements=64)
+    # The tiny model's heads are 16 wide (64 / 4): twice the width, 2.5x the feed-forward, 5 layers.
+    bigger = shaped.Shape(hidden=128, ffn=320, heads=8, kv_heads=4, layers=5, label="big")
+    made = tmp_path / "big.gguf"
+    shaped.make(layout, made, like=bigger)
+
+    reader = gguf.GGUFReader(made)
+    fields = _fields(reader)
+    assert (fields["llama.embedding_length"], fields["llama.feed_forward_length"]) == (128, 320)
+    assert (fields["llama.attention.head_count"], fields["llama.attention.head_count_kv"]) == (8, 4)
+    assert (fields["llama.block_count"], fields["general.size_label"]) == (5, "big")
+    shapes = {t.name: list(t.shape) for t in reader.tensors}
+    assert shapes["blk.4.attn_q.weight"] == [128, 128]
+    assert shapes["blk.4.attn_k.weight"] == [128, 64]  # 4 kv heads of 16
+    assert shapes["blk.4.ffn_down.weight"] == [320, 128]
+    assert shapes["blk.0.attn_norm.weight"] == [128]
+    source_reader = gguf.GGUFReader(source)
+    vocab = next(list(t.shape)[1] for t in source_reader.tensors if t.name == "token_embd.weight")
+    assert shapes["token_embd.weight"] == [128, vocab]
+    per_layer = (len(source_reader.tensors) - 3) // 3  # 3 outside the layers
+    assert len(reader.tensors) == 5 * per_layer + 3
+
+    real_model, copy = LlamaModel(source), LlamaModel(made)
+    text = "def hello(world): return world"
+    assert copy.tokenize(text) == real_model.tokenize(text)
+    copy.decode(copy.tokenize(text))
+    assert copy.logits(-1).shape == (vocab,)
+    assert np.isfinite(copy.logits(-1)).all()
+
+
+def test_a_size_whose_heads_differ_from_the_source_is_refused(tmp_path: Path) -> None:
+    source = write_tiny_model(tmp_path / "source.gguf", dtype="q8_0")
+    layout = tmp_path / "layout.npz"
+    shaped.dump(source, layout)
+    with pytest.raises(ValueError, match="16-wide head"):
+        shaped.make(layout, tmp_path / "x.gguf", like=shaped.Shape(128, 256, 4, 2, 3, "x"))
