@@ -29,6 +29,7 @@ from replaytraces import (
 )
 from scipy import stats
 
+from localspec.auto import policy as policy_module
 from localspec.auto.costmodel import (
     K_MAX,
     LONG_WIDTHS,
@@ -295,6 +296,37 @@ def test_a_draft_costing_more_than_it_saves_is_never_run() -> None:
     m, trace = machine(GPU, draft_ratio=1.2), fresh_trace(draft_hits=0.7)
     result, _ = run_auto(m, trace)
     assert result.method_steps.get("draft", 0) == 0
+
+
+class CountingDrafter(TraceDrafter):
+    """A trace's draft model that counts how often the policy weighed it (its catch-up is asked)."""
+
+    weighed = 0
+
+    def lag(self, tokens: Sequence[int]) -> int:
+        self.weighed += 1
+        return super().lag(tokens)
+
+
+def test_a_draft_model_that_cannot_pay_is_weighed_once_every_few_steps() -> None:
+    m, trace = machine(GPU, draft_ratio=1.2), fresh_trace(draft_hits=0.7)
+    clock = SimClock()
+    draft = CountingDrafter(trace, m)
+    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), None, draft, clock=clock)
+    result = replay(trace, policy, m, clock, charge_policy=False)
+    assert result.method_steps.get("draft", 0) == 0
+    # Weighed, found wanting, left to rest DRAFT_REST_STEPS steps: once in every DRAFT_REST_STEPS + 1.
+    assert draft.weighed == pytest.approx(result.steps / (policy_module.DRAFT_REST_STEPS + 1), abs=1)
+
+
+def test_a_draft_model_that_pays_is_weighed_on_every_step() -> None:
+    m, trace = machine(GPU, draft_ratio=0.05), fresh_trace(draft_hits=1.0)
+    clock = SimClock()
+    draft = CountingDrafter(trace, m)
+    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), None, draft, clock=clock)
+    result = replay(trace, policy, m, clock, charge_policy=False)
+    assert result.method_steps.get("draft", 0) == result.steps
+    assert draft.weighed >= result.steps
 
 
 def test_confidence_stops_a_draft_where_it_goes_wrong() -> None:

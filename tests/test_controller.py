@@ -8,6 +8,7 @@ GPU-like is nearly flat, as a batched verify is on a GPU.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -244,6 +245,35 @@ def test_unused_estimates_drift_back_to_the_prior() -> None:
     low = est.estimates()[0]
     est.forget(0.01)
     assert low < 0.2 and est.estimates()[0] > 0.6
+
+
+def _full_means(est: PositionalAcceptance) -> list[float]:
+    """Every position worked out in turn, as the estimator did before it stopped at the deepest seen."""
+    out, anchor = [], est.prior
+    for i, (h, s) in enumerate(zip(est.hits, est.seen, strict=True)):
+        if i == 1 and est.then is not None:
+            anchor = est.then
+        anchor = (h + est.strength * anchor) / (s + est.strength)
+        out.append(anchor)
+    return out
+
+
+@pytest.mark.parametrize(("then", "strength"), [(None, 1.0), (0.85, 1.0), (None, 20.0), (0.9, 3.0)])
+def test_estimates_worked_out_to_the_deepest_observed_position_equal_the_full_ones(
+    then: float | None, strength: float
+) -> None:
+    rng = random.Random(7)
+    est = PositionalAcceptance(0.6, then=then, strength=strength)
+    assert est.means() == pytest.approx(_full_means(est), rel=1e-12)
+    for _ in range(300):
+        if rng.random() < 0.3:
+            est.forget(0.98)
+        else:
+            judged = rng.randint(1, 20)
+            est.observe(rng.randint(0, judged), judged, first=rng.choice((0, 0, 0, 1)))
+        means = est.means()
+        assert len(means) == len(est.hits)
+        assert means == pytest.approx(_full_means(est), rel=1e-12)
 
 
 def test_confidence_map_learns_how_confidence_relates_to_acceptance() -> None:

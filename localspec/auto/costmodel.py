@@ -221,15 +221,25 @@ def plan(plain: StepCost, options: Sequence[Option], margin: float = MARGIN, ris
     estimates loses as often as it wins on the real text, and the dearer its verify, the more
     one loss costs.
     """
+    return weighed(plain, options, margin, risk)[0]
+
+
+def weighed(
+    plain: StepCost, options: Sequence[Option], margin: float = MARGIN, risk: float = RISK
+) -> tuple[Plan, list[float]]:
+    """plan(), and each option's best expected rate over plain decoding's (0: it cannot draft)."""
     plain_plan = Plan(None, 0, 1.0, plain.seconds(0))
     best, best_rate = plain_plan, plain_plan.rate
+    ratios: list[float] = []
     for option in options:
         candidate = best_k(option)
         rate = candidate.rate * option.efficiency
+        ratios.append(rate / plain_plan.rate if candidate.k > 0 and plain_plan.rate > 0 else 0.0)
         if candidate.k > 0 and rate > best_rate:
             best, best_rate = candidate, rate
     stake = best.seconds / plain_plan.seconds - 1.0
-    return best if best_rate > plain_plan.rate * (1.0 + margin + risk * stake) else plain_plan
+    chosen = best if best_rate > plain_plan.rate * (1.0 + margin + risk * stake) else plain_plan
+    return chosen, ratios
 
 
 def break_even(cost: StepCost, k: int) -> float:
@@ -319,6 +329,10 @@ class PositionalAcceptance:
         self.caution = caution
         self.hits = [0.0] * size
         self.seen = [0.0] * size
+        # Positions from here on were never observed: each one's mean is the one before it. The
+        # policy asks for estimates before every step, and a draft model reaches K_MAX + 1 of
+        # the VERIFY_MAX positions, so only these are worked out.
+        self._depth = 0
         self._cached: list[float] | None = None
 
     def observe(self, accepted: int, judged: int, first: int = 0) -> None:
@@ -330,14 +344,16 @@ class PositionalAcceptance:
             hit = i < accepted
             self.hits[i] = self.hits[i] * self.decay + hit
             self.seen[i] = self.seen[i] * self.decay + 1.0
+            self._depth = max(self._depth, i + 1)
             if not hit:
                 break
         self._cached = None
 
     def forget(self, factor: float) -> None:
         """Drift back toward the prior while unused, so a drafter judged on a bad stretch is tried again."""
-        self.hits = [h * factor for h in self.hits]
-        self.seen = [s * factor for s in self.seen]
+        depth = self._depth
+        self.hits[:depth] = [h * factor for h in self.hits[:depth]]
+        self.seen[:depth] = [s * factor for s in self.seen[:depth]]
         self._cached = None
 
     def set_prior(self, prior: float) -> None:
@@ -349,11 +365,16 @@ class PositionalAcceptance:
     def means(self) -> list[float]:
         out: list[float] = []
         anchor = self.prior
-        for i, (h, s) in enumerate(zip(self.hits, self.seen, strict=True)):
+        strength = self.strength
+        # Past the deepest observed position nothing moves an estimate off the one before it,
+        # but position 1 starts from `then`.
+        worked = max(self._depth, 2)
+        for i, (h, s) in enumerate(zip(self.hits[:worked], self.seen[:worked], strict=True)):
             if i == 1 and self.then is not None:
                 anchor = self.then
-            anchor = (h + self.strength * anchor) / (s + self.strength)
+            anchor = (h + strength * anchor) / (s + strength)
             out.append(anchor)
+        out.extend([anchor] * (len(self.hits) - len(out)))
         return out
 
     def estimates(self) -> list[float]:

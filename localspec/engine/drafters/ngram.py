@@ -202,6 +202,8 @@ class NgramDrafter:
         self._markdown = markdown
         self._ends = frozenset(ends)
         self._index = NgramIndex(min_n, max_n)
+        # The token list peek() saw last (see there).
+        self._peeked: Sequence[int] | None = None
         self._memory = memory
         self._prompt_len = 0
         self._cursor = CopyCursor(text)
@@ -237,6 +239,7 @@ class NgramDrafter:
             return
         self._index = NgramIndex(self._min_n, self._max_n)
         self._index.extend(prompt)
+        self._peeked = None
         self._prompt_len = len(prompt)
         self._cursor.start(len(prompt))
         for view in self._views:  # the reply after each begins again
@@ -253,10 +256,15 @@ class NgramDrafter:
         The auto policy looks before it chooses: a long match is worth a verify, a short one seldom.
         """
         known = len(self._index.tokens)
-        if tokens[:known] != self._index.tokens:
+        if tokens is self._peeked and len(tokens) >= known:
+            # The list peeked at last, since grown: a request's tokens are only ever appended to
+            # (committed ones), so comparing its whole prefix again, every step, is not needed.
+            self._index.extend(tokens[known:])
+        elif tokens[:known] != self._index.tokens:
             self.start(tokens)
         else:
             self._index.extend(tokens[known:])
+        self._peeked = tokens
         own = self._follow(self._index, self._cursor, self._index.propose(k), k)
         own = self._view_copy(tokens, k, self._before_skipped(own))
         # Every chat prompt ends in the same template tokens, which an earlier request's prompt
