@@ -59,8 +59,8 @@ EFFICIENCY_IDLE_FORGET = 0.8
 CATCH_UP_CHARGED = 2
 # A draft model whose best plan is expected to yield under DRAFT_REST_BELOW of plain decoding's rate
 # is not weighed again for DRAFT_REST_STEPS steps: its estimates move a few percent a step, and
-# weighing it (its catch-up, its estimates, a plan over 15 widths) is most of auto's Python per step,
-# 4% of a 7B target's step on an H200, where auto ran 0.96x of `none` without drafting once.
+# weighing it (its catch-up, its estimates, a plan over 15 widths) was most of auto's Python per step:
+# about 3% of a 7B target's step on an H200, where auto ran 0.96x of `none` without drafting once.
 DRAFT_REST_BELOW = 0.95
 DRAFT_REST_STEPS = 4
 # Near-ties re-decided per verified position, before any is seen (prose: 10-26%; code: less).
@@ -256,6 +256,7 @@ class AutoPolicy:
         self.k_total = 0
         self._ngram = ngram
         self._draft = _StoppingDrafter(draft, self) if draft is not None else None
+        self._draft_name = self._draft.name if self._draft is not None else None
         # Steps left before the draft model is weighed again (see DRAFT_REST_STEPS).
         self._draft_rest = 0
         self._clock = clock
@@ -297,18 +298,18 @@ class AutoPolicy:
                     options.append(Option(self._ngram.name, accept, cost, k_max, tie, eff))
         lag = 1
         draft_cost = None
-        weighs_draft = self._draft is not None and self._draft_rest == 0
-        if self._draft is not None and weighs_draft:
+        weighs_draft = False
+        if self._draft is not None and self._draft_rest > 0:
+            self._draft_rest -= 1
+        elif self._draft is not None:
+            weighs_draft = True
             lag = self._draft.inner.lag(ctx.tokens)
             draft_cost = self.costs.step_cost(self._draft.name, lag, model=True)
             accept = self._estimates(self._draft.name)
             eff = self._efficiency(self._draft.name).value
             options.append(Option(self._draft.name, accept, draft_cost, self.draft_k_max, tie, eff))
-        elif self._draft is not None:
-            self._draft_rest -= 1
         choice, ratios = weighed(self.costs.step_cost(None), options)
-        draft_lost = self._draft is not None and weighs_draft and choice.name != self._draft.name
-        if draft_lost and ratios[-1] < DRAFT_REST_BELOW:
+        if weighs_draft and choice.name != self._draft_name and ratios[-1] < DRAFT_REST_BELOW:
             self._draft_rest = DRAFT_REST_STEPS
         self._last = StepRecord(choice.name, choice, now, len(ctx.tokens), peek, key, lag)
         self.steps[choice.name or "none"] += 1
