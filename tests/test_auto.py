@@ -41,7 +41,7 @@ from localspec.auto.costmodel import (
 )
 from localspec.auto.oracle import ceiling
 from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
-from localspec.auto.replay import Machine, SimClock, Trace, TraceDrafter, replay
+from localspec.auto.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
 from localspec.engine import speculative
 from localspec.engine.config import EXACT_VERIFY_BATCH, EXACT_VERIFY_BATCH_GPU, EngineConfig, LoadOptions
 from localspec.engine.drafters.base import Draft
@@ -308,25 +308,26 @@ class CountingDrafter(TraceDrafter):
         return super().lag(tokens)
 
 
-def test_a_draft_model_that_cannot_pay_is_weighed_once_every_few_steps() -> None:
-    m, trace = machine(GPU, draft_ratio=1.2), fresh_trace(draft_hits=0.7)
+def weighings(draft_ratio: float, draft_hits: float) -> tuple[Replayed, int]:
+    """auto with only a draft model on a GPU-like machine: the replay, and how often it weighed the draft."""
+    m, trace = machine(GPU, draft_ratio=draft_ratio), fresh_trace(draft_hits=draft_hits)
     clock = SimClock()
     draft = CountingDrafter(trace, m)
     policy = AutoPolicy(OnlineCosts(m.verify, m.draft), None, draft, clock=clock)
-    result = replay(trace, policy, m, clock, charge_policy=False)
+    return replay(trace, policy, m, clock, charge_policy=False), draft.weighed
+
+
+def test_a_draft_model_that_cannot_pay_is_weighed_once_every_few_steps() -> None:
+    result, weighed = weighings(draft_ratio=1.2, draft_hits=0.7)
     assert result.method_steps.get("draft", 0) == 0
     # Weighed, found wanting, left to rest DRAFT_REST_STEPS steps: once in every DRAFT_REST_STEPS + 1.
-    assert draft.weighed == pytest.approx(result.steps / (policy_module.DRAFT_REST_STEPS + 1), abs=1)
+    assert weighed == pytest.approx(result.steps / (policy_module.DRAFT_REST_STEPS + 1), abs=1)
 
 
 def test_a_draft_model_that_pays_is_weighed_on_every_step() -> None:
-    m, trace = machine(GPU, draft_ratio=0.05), fresh_trace(draft_hits=1.0)
-    clock = SimClock()
-    draft = CountingDrafter(trace, m)
-    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), None, draft, clock=clock)
-    result = replay(trace, policy, m, clock, charge_policy=False)
+    result, weighed = weighings(draft_ratio=0.05, draft_hits=1.0)
     assert result.method_steps.get("draft", 0) == result.steps
-    assert draft.weighed >= result.steps
+    assert weighed >= result.steps
 
 
 def test_confidence_stops_a_draft_where_it_goes_wrong() -> None:
