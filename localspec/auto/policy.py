@@ -256,7 +256,6 @@ class AutoPolicy:
         self.k_total = 0
         self._ngram = ngram
         self._draft = _StoppingDrafter(draft, self) if draft is not None else None
-        self._draft_name = self._draft.name if self._draft is not None else None
         # Steps left before the draft model is weighed again (see DRAFT_REST_STEPS).
         self._draft_rest = 0
         self._clock = clock
@@ -298,18 +297,18 @@ class AutoPolicy:
                     options.append(Option(self._ngram.name, accept, cost, k_max, tie, eff))
         lag = 1
         draft_cost = None
-        weighs_draft = False
+        draft_name = None  # set where the draft model is weighed this step
         if self._draft is not None and self._draft_rest > 0:
             self._draft_rest -= 1
         elif self._draft is not None:
-            weighs_draft = True
+            draft_name = self._draft.name
             lag = self._draft.inner.lag(ctx.tokens)
             draft_cost = self.costs.step_cost(self._draft.name, lag, model=True)
             accept = self._estimates(self._draft.name)
             eff = self._efficiency(self._draft.name).value
             options.append(Option(self._draft.name, accept, draft_cost, self.draft_k_max, tie, eff))
         choice, ratios = weighed(self.costs.step_cost(None), options)
-        if weighs_draft and choice.name != self._draft_name and ratios[-1] < DRAFT_REST_BELOW:
+        if draft_name is not None and choice.name != draft_name and ratios[-1] < DRAFT_REST_BELOW:
             self._draft_rest = DRAFT_REST_STEPS
         self._last = StepRecord(choice.name, choice, now, len(ctx.tokens), peek, key, lag)
         self.steps[choice.name or "none"] += 1
