@@ -90,7 +90,7 @@ def _run_child(env: dict[str, str]) -> list[list[str]]:
 
 
 needs_madvise = pytest.mark.skipif(
-    thp_mode() != "madvise" or (glibc_version() or (0, 0)) < (2, 35),
+    not hugepages._on_request(thp_mode(), glibc_version()),
     reason="the kernel gives huge pages to every allocation or to none, or no glibc >= 2.35",
 )
 
