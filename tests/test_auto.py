@@ -419,6 +419,36 @@ def test_in_prose_a_short_match_bets_only_what_the_request_can_afford_to_lose() 
     assert after_a_win and speed > 1.1
 
 
+def test_in_prose_a_quote_that_ends_the_answer_costs_it_little() -> None:
+    # A short answer quotes 13 tokens of its document and ends there (qa_ref_exceptions): at its
+    # last token the match is 12 long, and the document goes on. A 15-token bet on it is lost
+    # whole (0.86x of plain decoding over 17 real tokens); in prose it bets only what the answer
+    # can afford. In fenced code, where a 12-token match is a copy, it still bets long (and wins
+    # there, on the quote's shorter matches before).
+    fence, nl = 9001, 9002
+    text = lambda token: {fence: "```", nl: "\n"}.get(token, f" w{token}")  # noqa: E731
+    rng = np.random.default_rng(7)
+    doc = [int(t) for t in rng.integers(0, RNG_VOCAB, 200)]
+    fresh = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, 10)]
+    m = machine(Curve.from_points({n: 28 * MS * v for n, v in REPACKED_CPU_POINTS.items()}, VERIFY_MAX))
+
+    def run(reply: list[int]) -> tuple[int, float]:
+        """The most tokens a step drafted, and auto's speed over plain decoding."""
+        trace, clock = Trace("answer", (*doc, nl), tuple(reply)), SimClock()
+        policy = AutoPolicy(
+            OnlineCosts(m.verify), NgramDrafter.for_auto(text=text), None, near_tie_prior=0.0, clock=clock
+        )
+        ks = recorded_ks(policy)
+        auto = replay(trace, policy, m, clock, charge_policy=False).tokens_per_second
+        plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
+        return max(ks, default=0), auto / plain
+
+    longest, speed = run([*fresh[:3], *doc[100:113]])
+    assert longest <= 3 and speed >= 0.97
+    longest, _ = run([fence, nl, *fresh[:3], *doc[100:113]])
+    assert longest >= 8
+
+
 def test_auto_reads_earlier_requests_only_once_the_reply_has_begun() -> None:
     # Every chat prompt ends in the same template tokens: at the reply's first step an earlier
     # request's prompt matches this one's tail, and what followed it there is another reply.
