@@ -414,9 +414,12 @@ def test_in_prose_a_short_match_bets_only_what_the_request_can_afford_to_lose() 
     assert in_prose == [] and speed >= 0.99
     in_code, speed = bets([fence, nl, *answer])
     assert in_code and speed < 0.95  # the bet the budget spares prose
-    # Once a long quote's drafts have won, a short match in prose is bet on again.
+    # Once a long quote's drafts have won, a short match in prose is bet on again, staking at most
+    # one plain step whatever was won; in code a long one is bet.
     after_a_win, speed = bets([*fresh[:5], *doc[20:60], *fresh[5:10], *quote, *fresh[10:20]])
     assert after_a_win and speed > 1.1
+    assert max(m.verify(k + 1) for _, k in after_a_win) <= 2 * m.verify(1)
+    assert max(m.verify(k + 1) for _, k in in_code) > 2 * m.verify(1)
 
 
 def test_in_prose_a_quote_that_ends_the_answer_costs_it_little() -> None:

@@ -92,6 +92,15 @@ LIFTED_BELOW = 12
 # none over 17 tokens (qa_ref_exceptions, measured twice). Replayed the same way: geometric mean
 # 1.452x -> 1.459x, summarize_ref_with 1.23x -> 1.40x, qa_click_licence 1.61x -> 1.64x, none lower.
 PROSE_RISK = 0.03
+# And a short match's bet in prose stakes at most one plain step, however much the request has
+# won: its run seldom goes past a few tokens (bench set, answers and prose: 8-15 token bets on 3-token
+# matches after a copy were right for 2.9 tokens a bet, on 2-token ones 0.5), and its estimates that
+# far out rest on a few runs. On 2 AVX-512 cores that is 3 tokens (V(4) = 1.55 V(1), V(5) = 2.03); on a GPU,
+# where a wide verify costs little more than a narrow one, it bounds nothing. Replayed (31 prompts,
+# 8 machines, context costs): geometric mean 1.459x -> 1.467x, summarize_ref_with 1.40x -> 1.48x,
+# chat_explain_sky 1.02x -> 1.04x; every prompt's slowest machine as fast or faster; only the
+# licence quote's mean lower (1.64x -> 1.59x).
+SHORT_STAKE = 1.0
 # How many steps' worth of evidence the draft model's prior acceptance counts for.
 DRAFT_PRIOR_WEIGHT = 2.0
 
@@ -293,7 +302,7 @@ class AutoPolicy:
                 cost = self.costs.step_cost(self._ngram.name)
                 k_max = len(peek)
                 if self._ngram.in_prose(ctx.tokens):
-                    k_max = self._affordable(cost, k_max, len(ctx.tokens))
+                    k_max = self._affordable(cost, k_max, len(ctx.tokens), short=_lifted(key))
                 if k_max:
                     accept = self._estimates(key)
                     eff = self._efficiency(self._ngram.name).value
@@ -414,13 +423,15 @@ class AutoPolicy:
         self._estimator(key).observe(judged, judged, first=done)
         self._pending = None if judged == len(peek) else (start, peek, key, judged)
 
-    def _affordable(self, cost: StepCost, k: int, n_tokens: int) -> int:
+    def _affordable(self, cost: StepCost, k: int, n_tokens: int, *, short: bool) -> int:
         """The most tokens (up to k) a bet may draft that this request can afford to lose whole:
         its cost over a plain step within what its drafts have won plus PROSE_RISK of its plain
-        decoding so far (0: none)."""
+        decoding so far, and a short match's within SHORT_STAKE plain steps (0: none)."""
         assert self._began is not None
         plain = self.costs.step_cost(None).seconds(0)
         allowance = self.won + PROSE_RISK * plain * (n_tokens - self._began)
+        if short:
+            allowance = min(allowance, SHORT_STAKE * plain)
         while k > 0 and cost.seconds(k) - plain > allowance:
             k -= 1
         return k
