@@ -43,7 +43,13 @@ from localspec.auto.oracle import ceiling
 from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
 from localspec.auto.replay import Machine, Replayed, SimClock, Trace, TraceDrafter, replay
 from localspec.engine import speculative
-from localspec.engine.config import EXACT_VERIFY_BATCH, EXACT_VERIFY_BATCH_GPU, EngineConfig, LoadOptions
+from localspec.engine.config import (
+    EXACT_POSITIONS,
+    EXACT_VERIFY_BATCH,
+    EXACT_VERIFY_BATCH_GPU,
+    EngineConfig,
+    LoadOptions,
+)
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
@@ -647,6 +653,29 @@ def test_fast_loading_verifies_in_any_batch_and_skips_near_tie_redecides(
     assert gen.stats.exact and gen.stats.redecided > 0
     exact_target.close()
     exact_draft.close()
+
+
+def test_exact_loading_on_the_cpu_verifies_in_batches_only_before_the_exact_positions(
+    tiny_target: Path,
+) -> None:
+    # From position EXACT_POSITIONS on, llama.cpp splits a one-token decode's attention across its
+    # threads and no batch rounds as it does (config.EXACT_POSITIONS): a verify there is one token.
+    target = LlamaModel(tiny_target, TINY)
+    text = target.tokenize("the cat sat on the mat and then it ran away " * 40, add_special=False)
+    for n_past, limit in ((100, EXACT_VERIFY_BATCH), (EXACT_POSITIONS - 3, 3), (EXACT_POSITIONS + 40, 1)):
+        target.reset()
+        target.decode(text[:n_past])
+        assert target.verify_limit() == limit, n_past
+    fast = LlamaModel(tiny_target, dataclasses.replace(TINY, batch_invariant=False))
+    fast.decode(text[: EXACT_POSITIONS + 40])
+    assert fast.verify_limit() == fast.max_verify_batch
+    # Through the engine's loop: a fixed 4-token n-gram draft after a long prompt decodes plainly.
+    gen = generate(
+        target, FixedPolicy(NgramDrafter(), 4), " ".join(["the cat sat on the mat"] * 50), max_tokens=24
+    )
+    assert gen.stats.drafted == 0 and gen.stats.steps == 23
+    for model in (target, fast):
+        model.close()
 
 
 def test_exact_loading_on_a_gpu_drafts_nothing(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec.engine.benchset import load_bench_set
 from localspec.engine.config import EXACT_VERIFY_BATCH, EngineConfig, LoadOptions
 from localspec.engine.worker import Engine
 from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Method, SpecParams, ToolCall
@@ -21,6 +22,7 @@ from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Me
 BENCH_PROMPTS: dict[str, str] = json.loads(
     (Path(__file__).resolve().parents[1] / "scripts" / "bench_prompts.json").read_text()
 )
+BENCH_SET = Path(__file__).resolve().parents[1] / "scripts" / "bench_set.json"
 pytestmark = pytest.mark.slow
 
 
@@ -90,6 +92,19 @@ def test_long_drafts_are_verified_in_batches_that_round_like_one_token(qwen: Eng
     assert spec.stats.k == EXACT_VERIFY_BATCH - 1
     assert spec.stats.drafted > 0 and spec.stats.mean_k <= EXACT_VERIFY_BATCH - 1
     assert spec.token_ids == base.token_ids
+
+
+def test_past_the_exact_positions_nothing_is_verified_in_batches(qwen: Engine) -> None:
+    # After a 907-token document, llama.cpp computes a one-token decode's attention split across its
+    # threads and a batch's in one pass: n-gram drafts verified in batches there once left the
+    # target alone's answer at token 25 (median_grouped, median_low), with no near-tie to re-decide.
+    prompt = next(p for p in load_bench_set(BENCH_SET) if p.name == "qa_statistics_doc")
+    request = GenerationRequest(messages=prompt.messages, max_tokens=40, cache_prompt=False)
+    base = qwen.generate(replace(request, speculative=SpecParams("none")))
+    for method in ("ngram", "draft"):
+        spec = qwen.generate(replace(request, speculative=SpecParams(method, 6)))
+        assert spec.stats.drafted == 0 and spec.token_ids == base.token_ids, method
+        assert "--exact verifies one token at a time" in (spec.stats.fallback_reason or ""), method
 
 
 SOURCE = """def rgb_to_hsv(r, g, b):

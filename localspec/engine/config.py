@@ -56,6 +56,13 @@ class LoadOptions:
 # alone on all 8 bench prompts at 128 tokens; k = 7 and 8 (batches of 8, 9) diverged on two of them, at
 # tokens 15 and 50, at positions the near-tie re-decide does not catch. See docs/benchmarks.md.
 EXACT_VERIFY_BATCH = 7
+# ...and only while every position it decodes is under this one. On the CPU, llama.cpp computes one
+# query's attention over 512+ cache cells split across its threads and reduced (ggml-cpu ops.cpp,
+# use_split_kv_path), and two or more queries' in one pass; the cache is padded to 256 cells
+# (llama_kv_cache::get_n_kv), so from position 256 on a one-token decode rounds differently from
+# every batch (measured after 900-token prompts: logits up to 0.51 apart; after 70, identical).
+# Verified in batches there, `--exact` left the target alone's text on 10 of the 31 bench prompts.
+EXACT_POSITIONS = 256
 # The same with the model's layers on a CUDA GPU: none wider than one token. Measured on an H200
 # (scripts/gpu_measure.py, llama.cpp as vendored by llama-cpp-python 0.3.36, Qwen2.5-Coder-1.5B
 # shaped Q4_K_M): every verify of 2 to 64 positions changed logits against one-token decoding, with

@@ -22,7 +22,13 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp import _logger as llama_logger
 
-from localspec.engine.config import EXACT_VERIFY_BATCH, EXACT_VERIFY_BATCH_GPU, LoadOptions, default_threads
+from localspec.engine.config import (
+    EXACT_POSITIONS,
+    EXACT_VERIFY_BATCH,
+    EXACT_VERIFY_BATCH_GPU,
+    LoadOptions,
+    default_threads,
+)
 from localspec.errors import (
     ContextOverflowError,
     LocalspecError,
@@ -182,6 +188,14 @@ class LlamaModel:
     def exact(self) -> bool:
         """Whether verifies are made to round as one-token decoding does (LoadOptions.batch_invariant)."""
         return self.options.batch_invariant
+
+    def verify_limit(self, at: int | None = None) -> int:
+        """The most positions a verify from `at` (default n_past) on may decode and still round as
+        one-token decoding (exact loading on the CPU: none past EXACT_POSITIONS; 1: decode plainly)."""
+        if not self.exact or self.on_gpu:
+            return self.max_verify_batch
+        start = self.n_past if at is None else at
+        return max(1, min(self.max_verify_batch, EXACT_POSITIONS - start))
 
     def _load_model(self, progress: ProgressFn | None) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()

@@ -216,8 +216,8 @@ class Generation:
             self.finish = "length"
             return _Step([], 0)
         # Never draft past the context, past what max_tokens lets through (the step adds one more) or
-        # past the largest verify batch that rounds like one-token decoding.
-        limit = min(room - 1, self.max_tokens - len(self.generated) - 1, self.target.max_verify_batch - 1)
+        # past the largest verify batch that rounds like one-token decoding here.
+        limit = min(room - 1, self.max_tokens - len(self.generated) - 1, self.target.verify_limit() - 1)
         forced = self.constraint.forced()[:limit] if self.constraint is not None and limit > 0 else []
         if forced:
             self.policy.pause(self.tokens)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from localspec.engine.config import EngineConfig
+from localspec.engine.config import EXACT_POSITIONS, EngineConfig
 from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schema_grammar
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
@@ -396,6 +396,10 @@ class Engine:
             # --exact with the target on a GPU: no batched verify rounds as one-token decoding there.
             why = "verifies one token at a time (no wider verify is bit-identical)"
             return FixedPolicy(None, 0), "none", 0, f"{method} off: --exact with layers on a GPU {why}"
+        if method != "none" and self._target.verify_limit(at=len(prompt)) < 2:
+            # --exact on the CPU past EXACT_POSITIONS: the whole reply would decode one token at a time.
+            why = f"past position {EXACT_POSITIONS} llama.cpp's attention rounds differently in batches"
+            return FixedPolicy(None, 0), "none", 0, f"{method} off: --exact verifies one token at a time {why}"
         forms = prompt_forms(self._target, req, prompt, json_reply) if ngram else NO_FORMS
         if method == "auto":
             policy = self._auto_policy(spec.k, self._ngram(req, forms, auto=True))
