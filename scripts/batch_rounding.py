@@ -8,6 +8,10 @@ largest change of the gap between the top logit and its nearest rivals, the
 argmax flips, and how often the gap is below a given threshold (the re-decide cost).
 
     .venv/bin/python scripts/batch_rounding.py models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    # exact loading after long documents (past position 256 no batch rounds as one token does)
+    .venv/bin/python scripts/batch_rounding.py models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+        --batch-invariant --prompts scripts/bench_set.json --only summarize_ref_raise,chat_explain_sky \
+        --batch 2 4 7 --tokens 16
 """
 
 from __future__ import annotations
@@ -63,10 +67,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--batch", type=int, nargs="+", default=[4])
     parser.add_argument("--batch-invariant", action="store_true", help="no weight repacking, flash attention")
+    parser.add_argument("--prompts", type=Path, default=PROMPTS, help="A file in either bench format.")
+    parser.add_argument("--only", default="", help="Comma-separated prompt names (default: all).")
     args = parser.parse_args()
+    only = {name for name in args.only.split(",") if name}
     model = LlamaModel(args.model, LoadOptions(n_ctx=4096, batch_invariant=args.batch_invariant))
     report = {}
-    for name, text in load_prompts(PROMPTS).items():
+    for name, text in load_prompts(args.prompts).items():
+        if only and name not in only:
+            continue
         prompt = model.tokenize(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n")
         report[name] = {b: measure(model, prompt, args.tokens, b) for b in args.batch}
         print(name, json.dumps(report[name]), flush=True)
