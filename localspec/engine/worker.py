@@ -398,8 +398,9 @@ class Engine:
             return FixedPolicy(None, 0), "none", 0, f"{method} off: --exact with layers on a GPU {why}"
         if method != "none" and self._target.verify_limit(at=len(prompt)) < 2:
             # --exact on the CPU past EXACT_POSITIONS: the whole reply would decode one token at a time.
-            why = f"past position {EXACT_POSITIONS} llama.cpp's attention rounds differently in batches"
-            reason = f"{method} off: --exact verifies one token at a time {why}"
+            where = f"past position {EXACT_POSITIONS}"
+            why = "(llama.cpp's attention rounds differently in batches there)"
+            reason = f"{method} off: --exact verifies one token at a time {where} {why}"
             return FixedPolicy(None, 0), "none", 0, reason
         forms = prompt_forms(self._target, req, prompt, json_reply) if ngram else NO_FORMS
         if method == "auto":
