@@ -392,15 +392,16 @@ class Engine:
         method = spec.method
         assert self._target is not None
         ngram = method in ("auto", "ngram")
-        if method != "none" and self._k_limit() < 1:
-            # --exact with the target on a GPU: no batched verify rounds as one-token decoding there.
-            why = "verifies one token at a time (no wider verify is bit-identical)"
-            return FixedPolicy(None, 0), "none", 0, f"{method} off: --exact with layers on a GPU {why}"
         if method != "none" and self._target.verify_limit(at=len(prompt)) < 2:
-            # --exact on the CPU past EXACT_POSITIONS: the whole reply would decode one token at a time.
-            where = f"past position {EXACT_POSITIONS}"
-            why = "(llama.cpp's attention rounds differently in batches there)"
-            reason = f"{method} off: --exact verifies one token at a time {where} {why}"
+            # --exact where no verify of 2+ positions would round as one-token decoding: with layers
+            # on a GPU at any position, on the CPU from EXACT_POSITIONS on.
+            if self._target.on_gpu:
+                where, why = "with layers on a GPU", "(no wider verify is bit-identical)"
+                reason = f"{method} off: --exact {where} verifies one token at a time {why}"
+            else:
+                where = f"past position {EXACT_POSITIONS}"
+                why = "(llama.cpp's attention rounds differently in batches there)"
+                reason = f"{method} off: --exact verifies one token at a time {where} {why}"
             return FixedPolicy(None, 0), "none", 0, reason
         forms = prompt_forms(self._target, req, prompt, json_reply) if ngram else NO_FORMS
         if method == "auto":
