@@ -52,7 +52,13 @@ from localspec.engine.config import (
 )
 from localspec.engine.drafters.base import Draft
 from localspec.engine.drafters.model import ModelDrafter
-from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
+from localspec.engine.drafters.ngram import (
+    AUTO_MIN_MATCH,
+    NGRAM_MAX_MATCH,
+    NgramDrafter,
+    NgramMatch,
+    NgramMemory,
+)
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import Draws
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
@@ -456,6 +462,56 @@ def test_in_prose_a_quote_that_ends_the_answer_costs_it_little() -> None:
     assert longest <= 3 and speed >= 0.97
     longest, _ = run([fence, nl, *fresh[:3], *doc[100:113]])
     assert longest >= 8
+
+
+def test_a_short_match_found_elsewhere_while_an_edit_is_written_stakes_one_plain_step() -> None:
+    # A rename in a copied file: the reply leaves its copy to write the new name, which the prompt's
+    # instruction spells out. The name's last tokens match there, and what follows them in the
+    # instruction is prose, not the file: once right for a token, a 47-token draft on it was lost
+    # whole (edit_rename_click_textwrap, 8 plain steps). Such a bet stakes at most one plain step,
+    # as a short match in prose does; the copy's own matches are bet on as before.
+    fence, nl = 9001, 9002
+    text = lambda token: {fence: "```", nl: "\n"}.get(token, f" w{token}")  # noqa: E731
+    rng = np.random.default_rng(11)
+    src = [int(t) for t in rng.integers(0, RNG_VOCAB, 160)]
+    added = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, 4)]
+    new_name = [int(t) for t in rng.integers(2 * RNG_VOCAB, 3 * RNG_VOCAB, 2)]
+    instruction = [int(t) for t in rng.integers(3 * RNG_VOCAB, 4 * RNG_VOCAB, 30)]
+    prompt = (fence, nl, *src, nl, fence, nl, *instruction[:10], *new_name, *instruction[10:], nl)
+    # A token added every 25 (a type hint, say): the copy goes on where it was, its short matches
+    # right for long runs. Then the rename, at token 120.
+    reply: list[int] = [fence, nl]
+    for i, at in enumerate(range(0, 100, 25)):
+        reply += [*src[at : at + 25], added[i]]
+    reply += [*src[100:120], *new_name, *src[121:]]
+    m = machine(Curve.from_points({n: 28 * MS * v for n, v in REPACKED_CPU_POINTS.items()}, VERIFY_MAX))
+
+    class Watched(NgramDrafter):
+        """The lookup auto plans with, keeping the last match it proposed."""
+
+        last = NgramMatch([], 0)
+
+        def peek(self, tokens: Sequence[int], k: int) -> NgramMatch:
+            self.last = super().peek(tokens, k)
+            return self.last
+
+    drafter = Watched(AUTO_MIN_MATCH, NGRAM_MAX_MATCH, text=text)
+    clock = SimClock()
+    policy = AutoPolicy(OnlineCosts(m.verify), drafter, None, near_tie_prior=0.0, clock=clock)
+    bets: list[tuple[bool, int]] = []
+    choose = policy.choose
+
+    def recording(ctx: speculative.StepContext) -> tuple[object, int]:
+        chosen, k = choose(ctx)
+        if chosen is not None:
+            bets.append((drafter.last.astray, k))
+        return chosen, k
+
+    policy.choose = recording  # type: ignore[method-assign,assignment]
+    replay(Trace("rename", prompt, tuple(reply)), policy, m, clock, charge_policy=False)
+    astray = [k for was, k in bets if was]
+    assert astray and max(m.verify(k + 1) for k in astray) <= 2 * m.verify(1), bets
+    assert max(k for was, k in bets if not was) >= 15  # the copy itself, drafted long
 
 
 def test_auto_reads_earlier_requests_only_once_the_reply_has_begun() -> None:

@@ -234,6 +234,29 @@ def test_the_copy_goes_on_where_the_cursor_is_when_the_lookup_matches_as_long_el
     assert match.match_len == 4 and match.tokens == first
 
 
+def test_a_short_match_elsewhere_while_the_reply_writes_an_edit_is_astray() -> None:
+    # The reply leaves its copy to write a new name the instruction spells out: the name's last two
+    # tokens match there, and the instruction's words follow. That match is astray; once the reply
+    # copies on where it left, the match there is the copy's own again.
+    header, src = list(range(50, 60)), source()
+    new_name, words = [700, 701], list(range(800, 820))
+    prompt = [7, *header, *src, 8, *words[:5], *new_name, *words[5:], 9]
+    tokens = [*prompt, *header, *src[:9], *new_name]  # LO on the second line renamed
+    drafter = NgramDrafter.for_auto()
+    drafter.start(prompt)
+    for end in range(len(prompt) + 1, len(tokens) + 1):
+        match = drafter.peek(tokens[:end], 8)
+    assert match.match_len == 2 and match.tokens == words[5:13] and match.astray
+    tokens += src[10:12]  # back on the copy past the old name
+    match = drafter.peek(tokens, 8)
+    assert match.tokens[:4] == src[12:16] and not match.astray
+    # While the reply follows its copy, nothing is astray.
+    following = NgramDrafter.for_auto()
+    following.start(prompt)
+    tokens = [*prompt, *header, *src[:9]]
+    assert not any(following.peek(tokens[:end], 8).astray for end in range(len(prompt) + 1, len(tokens) + 1))
+
+
 def test_a_long_insertion_is_followed_past_but_not_learned() -> None:
     src = source()
     inserted = list(range(500, 520))  # a new docstring, say

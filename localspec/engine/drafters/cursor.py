@@ -128,6 +128,14 @@ class CopyCursor:
     def following(self) -> bool:
         return self.pos is not None and self._left is None
 
+    def strays(self, pos: int) -> bool:
+        """Whether copying from tokens[pos] on would leave the copy the reply is making: it is away
+        from it (writing an edit), and pos is not where it would come back (within SKIP tokens on
+        from where it left, RESYNC more to match on)."""
+        if self._left is None:
+            return False
+        return not self._left[0] <= pos <= self._left[0] + SKIP + RESYNC
+
     def anchor(self, pos: int, run: int) -> None:
         """Copy from `pos` on (an n-gram match found it, `run` tokens long)."""
         self.pos, self._pending, self._left, self.run = pos, (), None, run

@@ -34,6 +34,10 @@ class NgramMatch:
     # copy cursor anchors there. A cursor draft's: the cursor's place in the copied text, which
     # the draft begins at unless it first finishes an edit's new tokens (nothing anchors on it).
     start: int = -1
+    # A short match away from the copy the reply is making, while it writes an edit there: the
+    # likeness is mostly the edit's new name, spelled out in the instruction, and the reply goes
+    # back to its copy after it (see `_follow`).
+    astray: bool = False
 
 
 class NgramIndex:
@@ -361,6 +365,8 @@ class NgramDrafter:
             follow = cursor.draft(tokens, k)
             if follow or cursor.held:  # held at its first token: no draft (the lookup would copy the old one)
                 return NgramMatch(follow, min(cursor.run, LONG_MATCH), cursor.pos or 0)
+        if own.tokens and own.match_len < NGRAM_MIN_MATCH and cursor.strays(own.start):
+            return replace(own, astray=True)
         return own
 
 
