@@ -385,18 +385,30 @@ def test_short_matches_start_from_how_this_requests_matches_have_done() -> None:
     assert misled._estimates("ngram/24/1")[0] == pytest.approx(fresh._estimates("ngram/24/1")[0])
 
 
+# Tokens whose text opens or closes a fenced code block, and ends a line; every other token a word.
+FENCE, NL = 9001, 9002
+
+
+def fenced_text(token: int) -> str:
+    return {FENCE: "```", NL: "\n"}.get(token, f" w{token}")
+
+
+def repacked_cpu() -> Machine:
+    """The repacked curve of 2 AVX-512 cores, at 28 ms a plain step."""
+    return machine(Curve.from_points({n: 28 * MS * v for n, v in REPACKED_CPU_POINTS.items()}, VERIFY_MAX))
+
+
 def test_in_prose_a_short_match_bets_only_what_the_request_can_afford_to_lose() -> None:
     # A short answer quotes 8 tokens of its document, then goes its own way: a bet on the quote's
     # short match loses its whole verify (on this curve 15 drafted tokens cost 4 plain ones, 15% of
     # a 30-token answer). In prose it waits until the request's drafts have won what it risks; in a
     # fenced code block, where short matches mostly continue a copy, it bets as before.
-    fence, nl = 9001, 9002
-    text = lambda token: {fence: "```", nl: "\n"}.get(token, f" w{token}")  # noqa: E731
+    fence, nl, text = FENCE, NL, fenced_text
     rng = np.random.default_rng(5)
     doc = [int(t) for t in rng.integers(0, RNG_VOCAB, 200)]
     quote = doc[100:108]
     fresh = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, 60)]
-    m = machine(Curve.from_points({n: 28 * MS * v for n, v in REPACKED_CPU_POINTS.items()}, VERIFY_MAX))
+    m = repacked_cpu()
 
     class Recording(AutoPolicy):
         """auto, keeping the steps that drafted on a short match (key, k)."""
@@ -440,12 +452,11 @@ def test_in_prose_a_quote_that_ends_the_answer_costs_it_little() -> None:
     # whole (0.86x of plain decoding over 17 real tokens); in prose it bets only what the answer
     # can afford. In fenced code, where a 12-token match is a copy, it still bets long (and wins
     # there, on the quote's shorter matches before).
-    fence, nl = 9001, 9002
-    text = lambda token: {fence: "```", nl: "\n"}.get(token, f" w{token}")  # noqa: E731
+    fence, nl, text = FENCE, NL, fenced_text
     rng = np.random.default_rng(7)
     doc = [int(t) for t in rng.integers(0, RNG_VOCAB, 200)]
     fresh = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, 10)]
-    m = machine(Curve.from_points({n: 28 * MS * v for n, v in REPACKED_CPU_POINTS.items()}, VERIFY_MAX))
+    m = repacked_cpu()
 
     def run(reply: list[int]) -> tuple[int, float]:
         """The most tokens a step drafted, and auto's speed over plain decoding."""
@@ -470,8 +481,7 @@ def test_a_short_match_found_elsewhere_while_an_edit_is_written_stakes_one_plain
     # instruction is prose, not the file: once right for a token, a 47-token draft on it was lost
     # whole (edit_rename_click_textwrap, 8 plain steps). Such a bet stakes at most one plain step,
     # as a short match in prose does; the copy's own matches are bet on as before.
-    fence, nl = 9001, 9002
-    text = lambda token: {fence: "```", nl: "\n"}.get(token, f" w{token}")  # noqa: E731
+    fence, nl, text = FENCE, NL, fenced_text
     rng = np.random.default_rng(11)
     src = [int(t) for t in rng.integers(0, RNG_VOCAB, 160)]
     added = [int(t) for t in rng.integers(RNG_VOCAB, 2 * RNG_VOCAB, 4)]
@@ -484,7 +494,7 @@ def test_a_short_match_found_elsewhere_while_an_edit_is_written_stakes_one_plain
     for i, at in enumerate(range(0, 100, 25)):
         reply += [*src[at : at + 25], added[i]]
     reply += [*src[100:120], *new_name, *src[121:]]
-    m = machine(Curve.from_points({n: 28 * MS * v for n, v in REPACKED_CPU_POINTS.items()}, VERIFY_MAX))
+    m = repacked_cpu()
 
     class Watched(NgramDrafter):
         """The lookup auto plans with, keeping the last match it proposed."""
