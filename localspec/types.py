@@ -111,6 +111,9 @@ class GenerationRequest:
 
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
+    # A chat request whose messages were already rendered into `prompt` (Engine.prepare): its reply
+    # is still a chat reply, Markdown, where auto tells prose from fenced code.
+    chat: bool = False
     suffix: str | None = None
     extra: tuple[FileChunk, ...] = ()
     max_tokens: int = 256

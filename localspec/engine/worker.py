@@ -160,7 +160,7 @@ class Engine:
         if not request.messages or request.suffix is not None or template is None:
             return request
         text = self.renderer.render(template, request.messages, offered_tools(request))
-        return replace(request, messages=(), prompt=text)
+        return replace(request, messages=(), prompt=text, chat=True)
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
         """Submit and wait: the blocking convenience for scripts and tests (no chunks, the result)."""
@@ -435,7 +435,7 @@ class Engine:
         text = self._target.piece_text
         if auto:
             return NgramDrafter.for_auto(
-                memory, text, bool(req.messages), self._ends, forms.views, forms.skipped
+                memory, text, bool(req.messages) or req.chat, self._ends, forms.views, forms.skipped
             )
         return NgramDrafter(
             memory=memory, text=text, ends=self._ends, views=forms.views, skipped=forms.skipped
