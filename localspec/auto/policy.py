@@ -301,15 +301,13 @@ class AutoPolicy:
                 peek, key = match.tokens, ngram_key(match.match_len, self.streak)
                 cost = self.costs.step_cost(self._ngram.name)
                 k_max = len(peek)
-                if self._ngram.in_prose(ctx.tokens):
+                # In code too, a short (so lifted) match away from the copy while an edit is written:
+                # the edit's new name matched in the instruction (a 47-token bet on it right for 1,
+                # edit_rename_click_textwrap). Replayed (31 prompts, 8 machines, context costs):
+                # geometric mean 1.467x -> 1.485x, the renames and type hints 5-16% faster,
+                # none slower; on the agent set (files shown numbered) two 15-21% faster, one 2% slower.
+                if match.astray or self._ngram.in_prose(ctx.tokens):
                     k_max = self._affordable(cost, k_max, len(ctx.tokens), short=_lifted(key))
-                elif match.astray:
-                    # In code too, a short match away from the copy while an edit is written: the
-                    # edit's new name matched in the instruction (a 47-token bet on it right for 1,
-                    # edit_rename_click_textwrap). Replayed (31 prompts, 8 machines, context costs):
-                    # geometric mean 1.467x -> 1.485x, the renames and type hints 5-16% faster,
-                    # none slower; on the agent set (files shown numbered) two 15-21% faster, one 2% slower.
-                    k_max = self._affordable(cost, k_max, len(ctx.tokens), short=True)
                 if k_max:
                     accept = self._estimates(key)
                     eff = self._efficiency(self._ngram.name).value
