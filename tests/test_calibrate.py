@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,10 +82,26 @@ def test_a_model_reading_wide_batches_with_a_plain_copy_has_its_own_curve(
     assert "plain_prefill" not in alone.key and cal.calibrate(model, tmp_path).from_cache
 
 
-def test_one_pass_is_enough_when_the_budget_is_spent(model: LlamaModel) -> None:
+def test_one_pass_is_enough_when_the_budget_is_spent_but_the_narrow_widths_get_every_pass(
+    model: LlamaModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_timed = cal._timed
+    timed: Counter[int] = Counter()
+
+    def counting(m: LlamaModel, tokens: list[int], n: int, prefix: int = cal.PREFIX) -> float:
+        timed[n] += 1
+        return real_timed(m, tokens, n, prefix)
+
+    monkeypatch.setattr(cal, "_timed", counting)
+    # (A tiny model's sub-millisecond jitter may flag a width as stalled and time it again.)
+    monkeypatch.setattr(cal, "_retime_outliers", lambda *args: None)
     seen: list[float] = []
     cal.measure(model, passes=3, budget_s=0.0, progress=seen.append)
     assert seen == [1.0]
+    timed[max(cal.SIZES)] -= 1  # the untimed warm-up
+    assert {n: timed[n] for n in range(1, cal.NARROW + 1)} == dict.fromkeys(range(1, cal.NARROW + 1), 3)
+    assert {timed[n] for n in cal.SIZES if n > cal.NARROW} == {1}
+    assert model.n_past == 0
 
 
 def test_a_width_stalled_in_every_pass_is_timed_again(
