@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from textual.app import App, ComposeResult
+from textual.widgets import Static
 
 from localspec.client import Health
 from localspec.types import ChatMessage, GenerationStats
 from tui.chats import Chat, ChatNotFoundError, ChatStore
 from tui.live_stats import BUCKET_S, LiveStats
-from tui.widgets.stats_bar import format_bytes, models_line, speed_line
+from tui.widgets.stats_bar import StatsBar, format_bytes, models_line, speed_line
 
 TUI = Path(__file__).resolve().parent.parent / "tui"
 # The TUI reaches the engine only through the daemon: these are the localspec modules it may import.
@@ -100,3 +102,22 @@ def test_unknown_or_unsafe_chat_ids_are_refused(tmp_path: Path, bad: str) -> Non
     store.save(Chat.new())
     with pytest.raises(ChatNotFoundError):
         store.load(bad)
+
+
+@pytest.mark.asyncio
+async def test_the_stats_bar_ignores_a_tick_while_its_lines_are_being_removed() -> None:
+    # The app's timer may tick while it shuts down: part of the bar gone must not raise (it once did,
+    # NoMatches on #stats-speed, failing a TUI test at random).
+    class Bar(App[None]):
+        def compose(self) -> ComposeResult:
+            yield StatsBar(id="stats")
+
+    app = Bar()
+    async with app.run_test() as pilot:
+        bar = app.query_one(StatsBar)
+        health = Health(status="ready", model="t", draft=None)
+        await bar.query_one("#stats-speed", Static).remove()
+        await pilot.pause()
+        assert bar.children  # the row is still there: the old guard let this through
+        bar.show(live=None, now=0.0, method="auto", k=None, memory=None, health=health)
+        assert "auto" in bar.speed_text

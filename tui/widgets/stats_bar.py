@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.widgets import Sparkline, Static
 
 from localspec.client import Health
@@ -76,7 +79,8 @@ class StatsBar(Vertical):
     def show_status(self, text: str) -> None:
         """Before the daemon is ready, line one says what is happening."""
         self.speed_text = text
-        self.query_one("#stats-speed", Static).update(text)
+        with contextlib.suppress(NoMatches):  # a status arriving while the app shuts down
+            self.query_one("#stats-speed", Static).update(text)
 
     def show(
         self,
@@ -90,8 +94,12 @@ class StatsBar(Vertical):
         model: str | None = None,
     ) -> None:
         self.speed_text = speed_line(live, now, method, k, memory)
-        if not self.children:  # a timer's tick landing while the app shuts down, its lines removed
+        try:
+            speed = self.query_one("#stats-speed", Static)
+            models = self.query_one("#stats-models", Static)
+            spark = self.query_one("#stats-spark", Sparkline)
+        except NoMatches:  # a timer's tick landing while the app shuts down, some of its lines removed
             return
-        self.query_one("#stats-speed", Static).update(self.speed_text)
-        self.query_one("#stats-models", Static).update(models_line(health, model))
-        self.query_one("#stats-spark", Sparkline).data = live.series() if live is not None else []
+        speed.update(self.speed_text)
+        models.update(models_line(health, model))
+        spark.data = live.series() if live is not None else []
