@@ -100,6 +100,21 @@ def test_summary_counts_only_ngram_mods_first_round_and_keeps_the_rest() -> None
     assert row["none_vs_server_plain_paired"] == pytest.approx((31 / 30 + 30 / 32) / 2, abs=1e-3)
 
 
+def test_auto_is_compared_with_the_best_of_all_server_modes_and_of_its_speculative_ones() -> None:
+    # Nothing copied: llama-server's plain mode read fastest, its n-gram modes drafted nothing.
+    speeds = {
+        "server-plain": [40.0],
+        "server-ngram-simple": [35.0],
+        "server-ngram-mod": [36.0],
+        "localspec-none": [37.0],
+        "localspec-auto": [38.0],
+    }
+    kept, rest = h2h.split_rounds(one_run(speeds))
+    row = h2h.summarize({"p": "qa"}, kept, rest)["p"]
+    assert row["auto_vs_best_server"] == pytest.approx(38.0 / 40.0, abs=1e-3)
+    assert row["auto_vs_best_server_spec"] == pytest.approx(38.0 / 36.0, abs=1e-3)
+
+
 def test_merge_joins_the_rounds_of_runs_in_order(tmp_path: Path) -> None:
     paths = []
     for i, base in enumerate((30.0, 40.0)):
