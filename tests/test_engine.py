@@ -225,6 +225,29 @@ def test_prompt_longer_than_the_context_is_refused_with_both_numbers(tiny_target
         assert run(engine, "hello", "none", max_tokens=4).token_ids  # still serving
 
 
+def test_no_thread_that_ran_llama_cpp_outlives_its_work(
+    tiny_target: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama.cpp's OpenMP keeps a team of threads for each thread that ran it until that thread ends;
+    # an idle engine keeping one slowed another engine's steps by 40% (docs/benchmarks.md, session 27).
+    ran: set[threading.Thread] = set()
+    real = LlamaModel.decode
+
+    def decode(self: LlamaModel, *args: object, **kwargs: object) -> float:
+        ran.add(threading.current_thread())
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LlamaModel, "decode", decode)
+    with make_engine(tiny_target) as engine:
+        assert run(engine, "hello", "none", max_tokens=4).token_ids
+        assert run(engine, "hello", "auto", max_tokens=4).token_ids  # calibrates: more decodes
+        assert ran
+        for thread in ran:
+            thread.join(timeout=10)
+        assert not [t.name for t in ran if t.is_alive()]
+        assert run(engine, "hello", "none", max_tokens=4).token_ids  # and it still serves
+
+
 def test_seed_reproduces_sampled_output(related: Engine) -> None:
     def sampled(method: Method, seed: int) -> tuple[int, ...]:
         params = SamplingParams(temperature=0.9, top_p=0.95, seed=seed)

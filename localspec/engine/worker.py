@@ -9,6 +9,7 @@ failure is delivered to that request's handle only.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import tempfile
@@ -104,8 +105,32 @@ class Handle:
         return self.result
 
 
+def _on_a_thread_of_its_own(work: Callable[[], None]) -> None:
+    """Run `work` on a new thread that ends with it; re-raise what it raised.
+
+    llama.cpp's CPU backend here is built with OpenMP, and libgomp keeps a team of threads for each
+    thread that has run parallel work until that thread ends. Once the teams outnumber the CPUs,
+    every team's threads stop spinning at each barrier and sleep: a 1.5B's one-token steps took 88
+    ms instead of 60-62 on 2 vCPUs while a second engine, idle, was loaded in the same process
+    (docs/benchmarks.md, session 27). An engine waiting for its next request must hold no team.
+    """
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the caller's thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, name="localspec-engine-run", daemon=True)
+    thread.start()
+    thread.join()
+    if raised:
+        raise raised[0]
+
+
 class Engine:
-    """Owns the models on one worker thread. Use as a context manager or call close()."""
+    """Owns the models; one thread runs its requests in turn. Use as a context manager or call close()."""
 
     def __init__(self, config: EngineConfig, progress: ProgressFn | None = None) -> None:
         self.config = config
@@ -216,8 +241,9 @@ class Engine:
     # --- worker thread ---------------------------------------------------------------
 
     def _work(self) -> None:
+        # This thread only waits and hands out work: what runs llama.cpp runs on a thread of its own.
         try:
-            self._load()
+            _on_a_thread_of_its_own(self._load)
         except Exception as exc:
             self.info.status = "failed"
             self.info.error = exc.message if isinstance(exc, LocalspecError) else f"loading failed: {exc}"
@@ -227,8 +253,8 @@ class Engine:
         self.info.status = "ready"
         self._ready.set()
         while (job := self._jobs.get()) is not None:
-            self._run(job)
-        self._unload()
+            _on_a_thread_of_its_own(functools.partial(self._run, job))
+        _on_a_thread_of_its_own(self._unload)
 
     def _fail_all(self) -> None:
         while (job := self._jobs.get()) is not None:
