@@ -168,16 +168,18 @@ def measure(
     _timed(model, tokens, max(sizes), prefix)
     best = {n: math.inf for n in sizes}
     started = time.perf_counter()
+    ran = 0
     for p in range(passes):
         # Alternate the order, so no size always follows the largest decode.
         for n in sizes if p % 2 == 0 else reversed(sizes):
             best[n] = min(best[n], _timed(model, tokens, n, prefix))
-        done = p + 1 == passes or time.perf_counter() - started > budget_s
+        ran = p + 1
+        done = ran == passes or time.perf_counter() - started > budget_s
         if progress is not None:
-            progress(1.0 if done else (p + 1) / passes)
+            progress(1.0 if done else ran / passes)
         if done:
             break
-    for _ in range(p + 1, passes):  # the budget stopped the passes: the narrow widths still get theirs
+    for _ in range(ran, passes):  # the budget stopped the passes: the narrow widths still get theirs
         for n in (m for m in sizes if m <= NARROW):
             best[n] = min(best[n], _timed(model, tokens, n, prefix))
     _retime_outliers(model, tokens, best, prefix)
