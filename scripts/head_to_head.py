@@ -260,13 +260,13 @@ def summarize(kinds: Mapping[str, str], runs: Runs, not_counted: Runs | None = N
         rounds = runs[name]
         got = {c: max(s, key=lambda t: t.decode_tps) for c, s in rounds.items()}
         plain = got[f"server-{PLAIN}"]
-        top = max((t for c, t in got.items() if c.startswith("server-")), key=lambda t: t.decode_tps)
         # The goal names llama-server's best *speculative* mode; where nothing is copied its
         # modes are samples of one speed, and the best of all three is the larger of more samples.
         spec = max(
             (t for c, t in got.items() if c.startswith("server-") and c != f"server-{PLAIN}"),
             key=lambda t: t.decode_tps,
         )
+        top = max(plain, spec, key=lambda t: t.decode_tps)
         none, auto = got["localspec-none"], got["localspec-auto"]
         rows[name] = {
             "kind": kind,
