@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from localspec.engine.drafters.ngram import LONG_MATCH, NgramDrafter, NgramIndex, NgramMemory
@@ -57,6 +59,24 @@ def test_extend_and_truncate_keep_the_index_consistent() -> None:
     index.truncate(3)
     index.extend([4, 1, 2])
     assert index.propose(2).tokens == [3, 4]
+
+
+def test_a_long_stretch_indexed_at_once_maps_every_ngram_as_one_token_at_a_time() -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        # A small alphabet: the same n-grams recur, so which occurrence is kept is tested too.
+        tokens = [rng.randrange(5) for _ in range(rng.randrange(0, 200))]
+        whole, stepwise = NgramIndex(2, 8), NgramIndex(2, 8)
+        cut = rng.randrange(0, len(tokens) + 1)
+        whole.extend(tokens[:cut])
+        whole.propose(4)  # a prompt, indexed at once
+        whole.extend(tokens[cut:])
+        whole.index_all()  # and a long stretch after it
+        for token in tokens:
+            stepwise.extend([token])
+            stepwise.propose(4)
+        stepwise.index_all()
+        assert whole._next == stepwise._next
 
 
 def test_continuation_is_cut_at_the_end_of_the_context() -> None:

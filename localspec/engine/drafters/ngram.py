@@ -66,11 +66,29 @@ class NgramIndex:
     def _index_upto(self, end: int) -> None:
         # An n-gram ending at position j-1 is recorded as "followed by position j".
         toks = self.tokens
-        for j in range(max(self._indexed, 1), end + 1):
-            for n in range(self.min_n, self.max_n + 1):
-                if j - n >= 0:
-                    self._next[tuple(toks[j - n : j])] = j
+        first = max(self._indexed, 1)
+        if end - first >= BULK_INDEX:
+            self._index_bulk(first, end)
+        else:
+            for j in range(first, end + 1):
+                for n in range(self.min_n, self.max_n + 1):
+                    if j - n >= 0:
+                        self._next[tuple(toks[j - n : j])] = j
         self._indexed = max(self._indexed, end)
+
+    def _index_bulk(self, first: int, end: int) -> None:
+        """Positions first..end at once, each n-gram size in one dict update: the tuples are built
+        by zip in C, not sliced one by one (the bench set's 935-token prompt, Qwen2.5's tokens:
+        1.21 ms to 0.74 ms; 1,000 tokens all distinct: 2.1-3.0 to 0.8 ms), paid at the first
+        step of every request auto runs. Within a size positions go in order, so the latest
+        occurrence wins, as one at a time."""
+        toks = self.tokens
+        for n in range(self.min_n, self.max_n + 1):
+            lo = max(first, n)  # j - n >= 0
+            if lo > end:
+                continue
+            columns = [toks[lo - n + i : end - n + i + 1] for i in range(n)]
+            self._next.update(zip(zip(*columns, strict=True), range(lo, end + 1), strict=True))
 
     def index_all(self) -> None:
         """Index every n-gram, the last one's included (for lookups from outside this token list)."""
@@ -112,6 +130,8 @@ class NgramIndex:
         return n
 
 
+# Positions indexed at once, past which `_index_upto` builds each n-gram size's keys in one go.
+BULK_INDEX = 16
 # Between two remembered token sequences: no n-gram spans it, no continuation crosses it.
 SEPARATOR = -1
 # How far back a match of max_n tokens is followed to measure its real length (its evidence).
