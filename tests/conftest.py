@@ -131,9 +131,11 @@ def smollm(models_dir: Path) -> Path:
 
 @pytest.fixture
 def lean_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """pick-draft's GPU prior without its fixed cost per decode (GPU_STEP_OVERHEAD_BYTES, measured on
-    an H200 as 2.25 GB of streaming): tiny test models then cost in proportion to their bytes, so a
-    tiny draft pays under a "big" tiny target, as a 0.5B draft does under a 32B one."""
+    """pick-draft's GPU prior without its fixed costs (GPU_STEP_OVERHEAD_BYTES, fitted on an H200 as
+    3 GB of streaming a decode, and GPU_DRAFT_TOKEN_S a drafted token): tiny test models then cost in
+    proportion to their bytes, so a tiny draft pays under a "big" tiny target, as a 0.5B draft does
+    under a 32B one."""
     from localspec.pickdraft import cost
 
     monkeypatch.setattr(cost, "GPU_STEP_OVERHEAD_BYTES", 0.0)
+    monkeypatch.setattr(cost, "GPU_DRAFT_TOKEN_S", 0.0)

@@ -131,7 +131,8 @@ def test_on_a_24gib_gpu_the_qwen_draft_costs_what_an_h200_measured(
     real_models: Path, env: dict[str, str]
 ) -> None:
     # Measured on an H200 (docs/benchmarks.md, "GPU, measured"): the 0.5B decodes a token in 0.82
-    # of the 1.5B's time, both latency-bound, so drafting with it loses and n-gram copies win.
+    # of the 1.5B's time, both latency-bound, and a drafting step of it took 1.18 of the 1.5B's
+    # plain step, so drafting with it loses and n-gram copies win.
     target = real_models / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     result = pick_draft(target, nvidia(24 * GIB, 32 * GIB), env=env)
     choice = result.choice
@@ -139,7 +140,7 @@ def test_on_a_24gib_gpu_the_qwen_draft_costs_what_an_h200_measured(
     assert (choice.gpu_layers, choice.n_ctx) == (-1, 4096)
     rows = {c.label: c for c in result.candidates}
     qwen = rows["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"].estimate
-    assert qwen is not None and 0.78 < qwen.draft_cost < 0.86 and qwen.speedup < 1.0
+    assert qwen is not None and 1.0 < qwen.draft_cost < 1.4 and qwen.speedup < 1.0
 
 
 @pytest.mark.slow
@@ -244,22 +245,36 @@ def test_cost_model_gpu_and_cpu_shapes() -> None:
     assert ngram_estimate(flat, 0.0, [0.4], measured=False).speedup == pytest.approx(1.0)
 
 
-def test_the_gpu_prior_is_the_h200_calibration_and_a_draft_pays_under_a_big_target() -> None:
-    gpu = Curve(tuple(cost.GPU_CURVE(n) for n in range(1, 17)))
-    assert gpu(2) == pytest.approx(1.32) and gpu(9) == pytest.approx(2.09)
-    mib = 2**20
-    # Bytes a token reads, as the planner counts them: the 1.5B and 0.5B Qwen2.5-Coder Q4_K_M, a
-    # 32B-sized Q4_K_M target (19 GB).
-    small, draft, big = 980_097_536, 391_859_712, 19_000 * mib
+def test_the_gpu_prior_is_the_h200_calibrations_and_a_draft_pays_under_a_big_target() -> None:
+    # Bytes a token reads, as the planner counts them: the 0.5B and 1.5B Qwen2.5-Coder Q4_K_M, and
+    # the 7B, 14B and 32B-shaped targets measured beside them on the H200 (docs/benchmarks.md).
+    draft, small, t7, t14, t32 = 391_859_712, 980_097_536, 4_370_000_000, 8_524_000_000, 19_445_000_000
+    small_shape, large_shape, between = cost.gpu_shape(small), cost.gpu_shape(t7), cost.gpu_shape(2e9)
+    assert small_shape(2) == pytest.approx(1.32, abs=0.005)
+    assert small_shape(9) == pytest.approx(2.09, abs=0.005)
+    assert large_shape(2) == pytest.approx(1.10) and large_shape(9) == pytest.approx(1.81)
+    assert cost.gpu_shape(t32)(8) == pytest.approx(1.99)  # past the 7B: the large calibration
+    assert large_shape(2) < between(2) < small_shape(2)
 
     def token_s(read: int) -> float:
         return cost._prior_seconds(_reading(read), 1, True)[0]
 
-    assert token_s(draft) / token_s(small) == pytest.approx(0.82, abs=0.01)  # as measured
-    ratio = token_s(draft) / token_s(big)
-    assert ratio < 0.15
-    assert estimate(gpu, ratio, [0.7], measured=False, k_max=8).speedup > 1.3
-    assert estimate(gpu, token_s(draft) / token_s(small), [0.7], measured=False, k_max=8).speedup < 1.0
+    # The one-token decodes measured, ms: within 15% each.
+    for read, ms in ((draft, 2.02), (small, 2.47), (t7, 4.90), (t14, 8.79), (t32, 14.74)):
+        assert token_s(read) * 1e3 == pytest.approx(ms, rel=0.15)
+    assert token_s(draft) / token_s(small) == pytest.approx(0.82, abs=0.05)  # as measured
+    ratio = token_s(draft) / token_s(t32)
+    assert ratio < 0.2
+
+    def speedup(target: int) -> float:
+        verify = Curve(tuple(cost.gpu_shape(target)(n) for n in range(1, 17)))
+        drafted = (token_s(draft) + cost._drafting_extra(1)) / token_s(target)
+        return estimate(verify, drafted, [0.7], measured=False, k_max=8).speedup
+
+    # At the draft prior's acceptance: it pays under a 32B and a 14B (as replayed on their measured
+    # curves), not under a 7B, where the 0.5B's drafting measured 0.72-0.77 of a target token.
+    assert speedup(t32) > 1.2 and speedup(t32) > speedup(t14) > 1.05
+    assert speedup(t7) < 1.0 and speedup(small) < 1.0
 
 
 def _reading(read: int) -> cost.ModelShape:

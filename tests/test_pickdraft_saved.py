@@ -20,7 +20,7 @@ import tinymodels
 from localspec.paths import Paths
 from localspec.pickdraft import devices
 from localspec.pickdraft.devices import GIB, DeviceMemory, nvidia
-from localspec.pickdraft.saved import FILE
+from localspec.pickdraft.saved import FILE, VERSION
 from localspec.resolve import serve_config
 from localspec.settings import load_settings
 
@@ -95,6 +95,18 @@ def test_a_new_draft_a_changed_target_or_another_machine_means_a_fresh_pick(
     machine.append(nvidia(48 * GIB, 8 * GIB, name="a bigger GPU"))
     fresh = pick(target)
     assert not saved(fresh)
+
+
+def test_a_pick_saved_by_an_older_version_is_made_again(
+    machine: list[DeviceMemory], target: Path, draft: Path
+) -> None:
+    pick(target)
+    data = json.loads(saved_file().read_text())
+    (entry,) = data.values()
+    entry["key"]["version"] = VERSION - 1  # saved before the estimates it rests on changed
+    saved_file().write_text(json.dumps(data))
+    assert not saved(pick(target))
+    assert saved(pick(target))
 
 
 def test_each_target_keeps_its_own_choice(machine: list[DeviceMemory], target: Path, draft: Path) -> None:

@@ -29,7 +29,9 @@ from localspec.pickdraft.rank import Choice
 log = logging.getLogger("localspec.pickdraft")
 
 FILE = "picks.json"
-VERSION = 1
+# Raised when what a pick is worked out from changes in the code (2: the GPU prior refitted to
+# 7B-32B targets), so a choice made on the old estimates is made again.
+VERSION = 2
 # Distinct targets kept: the file stays small, and a target not picked for in a long while goes.
 MAX_ENTRIES = 64
 
