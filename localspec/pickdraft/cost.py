@@ -81,8 +81,8 @@ GPU_LARGE_BYTES = 4.37e9
 # 0.5B 0.39 GB 2.02, 1.5B 0.98 GB 2.47, 7B 4.37 GB 4.90, 14B 8.52 GB 8.79, 32B 19.45 GB 14.74;
 # predicted 2.30, 2.70, 4.99, 7.78, 15.14, within 14%): launches and synchronisation cost as much as
 # streaming 3 GB more. The 0.5B draft's cost per target token comes out 0.85, 0.46, 0.30 and 0.15
-# of the 1.5B, 7B, 14B and 32B's, where it measured 0.82 and, beside those targets in their runs,
-# 0.72, 0.39 and 0.17 (the draft's own decode read 2.0-3.5 ms from run to run).
+# of the 1.5B, 7B, 14B and 32B's, where its one-token decode measured 0.82 of the 1.5B's and, in the
+# calibrations run beside the others, 0.72, 0.39 and 0.17 (it read 2.0-3.5 ms from run to run).
 CPU_BANDWIDTH = 20e9
 GPU_BANDWIDTH = 1.484e12
 GPU_STEP_OVERHEAD_BYTES = 3.03e9
