@@ -992,3 +992,25 @@ def test_replay_drafts_no_further_than_the_engines_largest_verify_batch() -> Non
     assert free.drafted / free.method_steps["ngram"] > EXACT_VERIFY_BATCH - 1  # copying runs far
     assert capped.drafted <= (EXACT_VERIFY_BATCH - 1) * capped.method_steps["ngram"]
     assert capped.tokens == free.tokens == len(trace.output)
+
+
+class _Preparing(FixedPolicy):
+    """Plain decoding, keeping what the generation asked of it, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(None, 0)
+        self.calls: list[tuple[str, object]] = []
+
+    def prepare(self, prompt: Sequence[int]) -> None:
+        self.calls.append(("prepare", list(prompt)))
+
+    def choose(self, ctx: speculative.StepContext) -> tuple[Any, int]:
+        self.calls.append(("choose", len(ctx.tokens)))
+        return super().choose(ctx)
+
+
+def test_the_policy_prepares_on_the_prompt_once_before_its_first_choice(tiny: LlamaModel) -> None:
+    policy = _Preparing()
+    gen = generate(tiny, policy, "the cat sat on", max_tokens=8)
+    assert policy.calls[0] == ("prepare", gen.prompt)
+    assert [name for name, _ in policy.calls[1:]] == ["choose"] * 7  # the first token needs no step

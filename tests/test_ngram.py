@@ -210,3 +210,55 @@ def test_common_prefix(a: list[int], b: list[int], expected: int) -> None:
     from localspec.engine.drafters.base import common_prefix
 
     assert common_prefix(a, b) == expected == common_prefix(b, a)
+
+
+def _reply_peeks(drafter: NgramDrafter, prompt: list[int], reply: list[int]) -> list[tuple[list[int], int]]:
+    tokens = list(prompt)
+    out = []
+    for token in reply:
+        tokens.append(token)
+        match = drafter.peek(tokens, 12)
+        out.append((match.tokens, match.match_len))
+    return out
+
+
+def test_a_prepared_drafter_proposes_as_one_that_indexes_at_its_first_lookups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # prepare() does the prompt's work (its index, its other forms', the fence scan, earlier
+    # requests' text) while the target reads the prompt; the reply's lookups then only add its own
+    # tokens, one at a time, and propose what they proposed when they did it all themselves.
+    rng = random.Random(7)
+    prompt = [rng.randrange(40) for _ in range(400)]
+    view = PromptView([t + 100 for t in prompt], escaped=False)
+    reply = [*prompt[50:90], *(rng.randrange(40) for _ in range(20)), *prompt[200:240]]
+
+    def drafter(memory: NgramMemory) -> NgramDrafter:
+        return NgramDrafter.for_auto(memory, text=lambda t: "```\n" if t == 7 else "x", views=[view])
+
+    earlier = [rng.randrange(40) for _ in range(300)] + prompt[300:380]
+    lazy_memory, ready_memory = NgramMemory(), NgramMemory()
+    for memory in (lazy_memory, ready_memory):
+        memory.remember(earlier)
+    lazy, ready = drafter(lazy_memory), drafter(ready_memory)
+    lazy.start(prompt)
+    ready.prepare(prompt)
+    assert ready._memory is not None and ready._memory._index._indexed == ready_memory.size
+    assert ready._cursor._fenced_to == len(prompt)  # the prompt's fences scanned
+    # Nothing is indexed in bulk once the reply begins: every stretch was indexed before it.
+    bulk = NgramIndex._index_bulk
+    monkeypatch.setattr(NgramIndex, "_index_bulk", lambda *a: pytest.fail("indexed in bulk mid-reply"))
+    prepared = _reply_peeks(ready, prompt, reply)
+    monkeypatch.setattr(NgramIndex, "_index_bulk", bulk)
+    assert prepared == _reply_peeks(lazy, prompt, reply)
+    assert sum(bool(tokens) for tokens, _ in prepared) > len(reply) // 2
+    assert ready.in_prose([*prompt, *reply]) == lazy.in_prose([*prompt, *reply])
+
+
+def test_memory_indexes_what_it_remembered_when_asked() -> None:
+    memory = NgramMemory(min_n=2, max_n=3)
+    memory.remember([1, 2, 3, 4, 5, 6])
+    assert memory._index._indexed == 0  # remembering only appends
+    memory.index()
+    assert memory._index._indexed == memory.size
+    assert memory.lookup([9, 2, 3], 2).tokens == [4, 5]

@@ -25,6 +25,9 @@ class Scripted:
         if m.draft is not None:
             self._drafters["draft"] = TraceDrafter(trace, m)
 
+    def prepare(self, prompt: Sequence[int]) -> None:
+        pass
+
     def choose(self, ctx: StepContext) -> tuple[Drafter | None, int]:
         method, k = self._choices.pop(0)
         return (None, 0) if method == "none" else (self._drafters[method], k)

@@ -8,6 +8,7 @@ or the measurement, which is cached. The Qwen target (slow) shows the same on a 
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -168,3 +169,32 @@ def test_on_the_qwen_target_the_handed_over_cache_matches_within_rounding(qwen_t
     finally:
         alone.close()
         split.close()
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["model", "plain copy"])
+def test_meanwhile_runs_once_with_the_last_chunk_not_counted_as_llamas(tiny_target: Path, copy: bool) -> None:
+    # The engine prepares a request's lookups while the prompt is read: after the last chunk is
+    # handed to llama.cpp (on a GPU, as it computes) and before it is waited for.
+    model = with_prefill(tiny_target) if copy else LlamaModel(tiny_target, OPTIONS)
+    alone = LlamaModel(tiny_target, OPTIONS)
+    reader = model._prefill if copy else model
+    assert reader is not None
+    seen: list[int] = []
+
+    def meanwhile() -> None:
+        seen.append(reader.n_past)  # counted after each chunk is waited for
+        time.sleep(0.2)
+
+    try:
+        prompt = tokens(model, 200)  # chunks of 64: the last one from 192
+        started = time.perf_counter()
+        spent = model.decode(prompt, 1, meanwhile=meanwhile)
+        wall = time.perf_counter() - started
+        assert seen == [192]
+        assert 0 < spent <= wall - 0.2
+        assert model.n_past == 200
+        alone.decode(prompt, 1)
+        np.testing.assert_allclose(model.logits(-1), alone.logits(-1), atol=ATOL)
+    finally:
+        model.close()
+        alone.close()

@@ -282,6 +282,10 @@ class AutoPolicy:
 
     # --- the Policy protocol --------------------------------------------------------------------
 
+    def prepare(self, prompt: Sequence[int]) -> None:
+        if self._ngram is not None:
+            self._ngram.prepare(prompt)
+
     def choose(self, ctx: StepContext) -> tuple[_StoppingDrafter | NgramDrafter | None, int]:
         now = self._clock()
         self._settle(ctx.tokens, now)

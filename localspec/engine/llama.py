@@ -347,7 +347,11 @@ class LlamaModel:
     # --- decoding ---------------------------------------------------------
 
     def decode(
-        self, tokens: Sequence[int], n_logits: int = 1, cancel: threading.Event | None = None
+        self,
+        tokens: Sequence[int],
+        n_logits: int = 1,
+        cancel: threading.Event | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> float:
         """Append `tokens` at position n_past; keep logits for the last `n_logits` of them.
 
@@ -356,25 +360,34 @@ class LlamaModel:
         With `cancel`, setting it stops the decode between chunks or inside one (llama.cpp's
         abort callback, checked during the CPU graph compute): the chunks already decoded
         stay cached, n_past ends after them, and RequestCancelledError is raised.
+        `meanwhile` runs once, after the last chunk is handed to llama.cpp and before it is
+        waited for: where llama.cpp computes asynchronously (CUDA, Metal) the two overlap; on the
+        CPU it runs after. Its own time is not counted in the seconds returned.
         """
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextOverflowError(self.n_past + len(tokens), self.n_ctx)
         if self._prefill is not None and len(tokens) >= max(PREFILL_MIN, self.n_past / PREFILL_PER_CACHED):
-            return self._decode_by_prefill(self._prefill, tokens, n_logits, cancel)
+            return self._decode_by_prefill(self._prefill, tokens, n_logits, cancel, meanwhile)
         self._out_ctx = self._ctx
         if cancel is None:
-            return self._decode(tokens, n_logits, None)
+            return self._decode(tokens, n_logits, None, meanwhile)
         # Installed only for this call: the callback runs once per graph node and takes the GIL
         # each time, which costs nothing next to a prompt chunk but would slow one-token steps.
         # The local `abort` keeps the ctypes callback alive until it is uninstalled.
         abort = llama_cpp.ggml_abort_callback(lambda _data: cancel.is_set())
         llama_cpp.llama_set_abort_callback(self._ctx, abort, None)
         try:
-            return self._decode(tokens, n_logits, cancel)
+            return self._decode(tokens, n_logits, cancel, meanwhile)
         finally:
             llama_cpp.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
 
-    def _decode(self, tokens: Sequence[int], n_logits: int, cancel: threading.Event | None) -> float:
+    def _decode(
+        self,
+        tokens: Sequence[int],
+        n_logits: int,
+        cancel: threading.Event | None,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> float:
         spent = 0.0
         size = self.options.n_batch
         first_logit = len(tokens) - n_logits
@@ -385,8 +398,15 @@ class LlamaModel:
             self._fill_batch(chunk, start, first_logit)
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, self._batch)
-            llama_cpp.llama_synchronize(self._ctx)
-            spent += time.perf_counter() - t0
+            aside = 0.0
+            try:
+                if meanwhile is not None and start + size >= len(tokens):
+                    aside = time.perf_counter()
+                    meanwhile()
+                    aside = time.perf_counter() - aside
+            finally:
+                llama_cpp.llama_synchronize(self._ctx)
+            spent += time.perf_counter() - t0 - aside
             if rc != 0:
                 # An aborted or failed chunk may leave some of its positions cached: drop them, so the
                 # cache holds exactly the n_past positions before it.
@@ -442,24 +462,40 @@ class LlamaModel:
         return self._prefill is not None
 
     def _decode_by_prefill(
-        self, plain: LlamaModel, tokens: Sequence[int], n_logits: int, cancel: threading.Event | None
+        self,
+        plain: LlamaModel,
+        tokens: Sequence[int],
+        n_logits: int,
+        cancel: threading.Event | None,
+        meanwhile: Callable[[], None] | None,
     ) -> float:
         """Decode `tokens` on the plain copy, then take its cache over: the same positions, the
         values up to float rounding (as any other batch size's). Cancelled, the chunks it read are
         taken over too, as decode() keeps them."""
         t0 = time.perf_counter()
+        aside = 0.0
+
+        def timed() -> None:  # meanwhile's time is not llama.cpp's
+            nonlocal aside
+            started = time.perf_counter()
+            try:
+                if meanwhile is not None:
+                    meanwhile()
+            finally:
+                aside = time.perf_counter() - started
+
         if self._prefill_valid < self.n_past:  # it lacks what this model decoded since: copy it over
             _copy_sequence(self._ctx, plain._ctx, plain._memory)
         else:  # it holds this model's positions, and perhaps more that this model has dropped
             llama_cpp.llama_memory_seq_rm(plain._memory, 0, self.n_past, -1)
         plain.n_past = self.n_past
         try:
-            plain.decode(tokens, n_logits, cancel)
+            plain.decode(tokens, n_logits, cancel, timed)
         finally:
             _copy_sequence(plain._ctx, self._ctx, self._memory)
             self.n_past = self._prefill_valid = plain.n_past
             self._out_ctx = plain._ctx
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0 - aside
 
     def close(self) -> None:
         if getattr(self, "_prefill", None) is not None:

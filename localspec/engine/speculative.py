@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from localspec.engine.constraint import Constraint
-from localspec.engine.drafters.base import Draft, Drafter
+from localspec.engine.drafters.base import Draft, Drafter, Preparing
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import Draws, distribution, greedy_accept, sample_at
 from localspec.engine.textstream import TextStream
@@ -77,6 +77,10 @@ class StepOutcome:
 class Policy(Protocol):
     """Chooses, before each step, which drafter runs and how many tokens it may draft."""
 
+    def prepare(self, prompt: Sequence[int]) -> None:
+        """Work on the prompt alone (indexing it for lookups), done while the target reads it."""
+        ...
+
     def choose(self, ctx: StepContext) -> tuple[Drafter | None, int]: ...
 
     def observe(self, outcome: StepOutcome) -> None: ...
@@ -92,6 +96,10 @@ class FixedPolicy:
     def __init__(self, drafter: Drafter | None, k: int) -> None:
         self.drafter = drafter
         self.k = k if drafter is not None else 0
+
+    def prepare(self, prompt: Sequence[int]) -> None:
+        if isinstance(self.drafter, Preparing):
+            self.drafter.prepare(prompt)
 
     def choose(self, ctx: StepContext) -> tuple[Drafter | None, int]:
         return self.drafter, self.k
@@ -185,7 +193,11 @@ class Generation:
         else:
             self.target.reset()
         try:
-            self.stats.target_s += self.target.decode(self.prompt[self.reuse :], 1, self.cancel)
+            # What the policy does with the prompt alone it does while the target reads the prompt:
+            # on a GPU at the same time; on the CPU in the time to first token, not between tokens.
+            self.stats.target_s += self.target.decode(
+                self.prompt[self.reuse :], 1, self.cancel, meanwhile=lambda: self.policy.prepare(self.prompt)
+            )
         except RequestCancelledError:  # stopped while the prompt was read: no tokens, the cache intact
             self.finish = "cancelled"
             self._close(t0)

@@ -350,6 +350,8 @@ class Engine:
             job.put(LocalspecError(f"internal error: {exc}; the request was dropped, the engine is fine"))
         else:
             job.put(result)
+            # What it left in the n-gram memory is indexed now, after its reply, not by the next one.
+            self._ngram_memory.index()
 
     def _generate(self, job: Handle) -> GenerationResult:
         assert self._target is not None

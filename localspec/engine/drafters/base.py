@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from localspec.engine.sampling import Draws
 from localspec.types import SamplingParams
@@ -40,6 +40,13 @@ class Drafter(Protocol):
     def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         """Up to k tokens to follow `tokens` (every accepted token, the last one included)."""
         ...
+
+
+@runtime_checkable
+class Preparing(Protocol):
+    """A drafter with work to do on the prompt alone (an n-gram index), before the reply begins."""
+
+    def prepare(self, prompt: Sequence[int]) -> None: ...
 
 
 # A fixed draft model stops drafting once its own top probability falls under this: on prose its

@@ -218,6 +218,11 @@ class CopyCursor:
         # An odd number of fences between the reply's start and its end.
         return self._in_code(tokens, len(tokens)) != self._in_code(tokens, self._reply_from)
 
+    def scan(self, tokens: Sequence[int]) -> None:
+        """Scan `tokens` (a prompt) for fences now, so that `reply_in_code` reads only the reply's."""
+        if self._text is not None:
+            self._in_code(tokens, len(tokens))
+
     def _in_code(self, tokens: Sequence[int], pos: int) -> bool:
         """Whether tokens[pos] lies inside a fenced code block (after an odd number of fence lines;
         a ``` inside a line, as in "answer in one ```python block", is no fence)."""

@@ -180,9 +180,15 @@ class NgramMemory:
         for sequence in keep:
             self._index.extend([*sequence, SEPARATOR])
 
+    def index(self) -> None:
+        """Index what was remembered since the last lookup. Done after a request ends (and while the
+        next prompt is read): left to the next reply's first lookup, a request's 1,000 tokens took
+        1-4 ms at its second token, and a rebuild's 16,000 tens of ms."""
+        self._index.index_all()
+
     def lookup(self, context: Sequence[int], k: int) -> NgramMatch:
         """What followed the longest suffix of `context` in earlier requests."""
-        self._index.index_all()
+        self.index()
         return self._index.lookup(context, k)
 
 
@@ -269,6 +275,20 @@ class NgramDrafter:
         for view in self._views:  # the reply after each begins again
             view.restart()
         self._escaping = self._text is None
+
+    def prepare(self, prompt: Sequence[int]) -> None:
+        """Do now what the first lookups would do on the prompt alone: index it and its other forms,
+        scan it for fences, index earlier requests' text. The engine calls this while the target
+        reads the prompt (on a GPU, at the same time): done at the reply's first steps, it held up
+        the reply after its first token (the bench set's 935-token prompt: 0.7 ms for its index;
+        an agent's 16,000-token file view: 58 ms)."""
+        self.start(prompt)
+        self._index.index_all()
+        for view in self._views:
+            view.index.index_all()
+        self._cursor.scan(prompt)
+        if self._memory is not None:
+            self._memory.index()
 
     def propose(self, tokens: Sequence[int], k: int, params: SamplingParams, draws: Draws) -> Draft:
         match = self.peek(tokens, k)
