@@ -182,8 +182,9 @@ class NgramMemory:
 
     def index(self) -> None:
         """Index what was remembered since the last lookup. Done after a request ends (and while the
-        next prompt is read): left to the next reply's first lookup, a request's 1,000 tokens took
-        1-4 ms at its second token, and a rebuild's 16,000 tens of ms."""
+        next prompt is read): left to the next reply's first lookup here, at its second token, it
+        held that token up 3-18 ms with the fence scan (the 1.5B on the bench set, 2 cores); after
+        a reply it takes 0.6 ms (median; 1.7 at most)."""
         self._index.index_all()
 
     def lookup(self, context: Sequence[int], k: int) -> NgramMatch:
