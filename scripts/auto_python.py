@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument(
         "--target", type=Path, default=ROOT / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
     )
+    ap.add_argument("--draft", type=Path, default=None, help="a draft model auto may weigh (default: none)")
     ap.add_argument("--prompts", type=Path, default=ROOT / "scripts" / "bench_set.json")
     ap.add_argument("--kinds", default="", help="comma-separated kinds (default: all)")
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -93,7 +94,13 @@ def main() -> None:
     except UserInputError as exc:
         sys.exit(str(exc))
     load = LoadOptions(n_ctx=4096, n_threads=args.threads, gpu_layers=args.gpu_layers)
-    config = EngineConfig(target=args.target, draft=None, load=load, ngram_memory_tokens=args.memory)
+    config = EngineConfig(
+        target=args.target,
+        draft=args.draft,
+        load=load,
+        draft_gpu_layers=args.gpu_layers,
+        ngram_memory_tokens=args.memory,
+    )
     timings = Timings()
     restore = instrument(timings, args.slow_ms / 1000)
     try:
