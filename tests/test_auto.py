@@ -1014,3 +1014,18 @@ def test_the_policy_prepares_on_the_prompt_once_before_its_first_choice(tiny: Ll
     gen = generate(tiny, policy, "the cat sat on", max_tokens=8)
     assert policy.calls[0] == ("prepare", gen.prompt)
     assert [name for name, _ in policy.calls[1:]] == ["choose"] * 7  # the first token needs no step
+
+
+class _FailingPrepare(_Preparing):
+    def prepare(self, prompt: Sequence[int]) -> None:
+        raise RuntimeError("index broke")
+
+
+def test_a_policy_that_fails_to_prepare_costs_the_request_nothing_but_its_drafts(tiny: LlamaModel) -> None:
+    base = generate(tiny, FixedPolicy(None, 0), "the cat sat on", max_tokens=12)
+    policy = _FailingPrepare()
+    gen = generate(tiny, policy, "the cat sat on", max_tokens=12)
+    assert gen.result is not None and base.result is not None
+    assert gen.result.token_ids == base.result.token_ids
+    assert gen.stats.fallback_reason == "preparing the drafts failed: index broke"
+    assert policy.calls == []  # decoded plainly, never asked again

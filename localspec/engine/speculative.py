@@ -195,9 +195,8 @@ class Generation:
         try:
             # What the policy does with the prompt alone it does while the target reads the prompt:
             # on a GPU at the same time; on the CPU in the time to first token, not between tokens.
-            self.stats.target_s += self.target.decode(
-                self.prompt[self.reuse :], 1, self.cancel, meanwhile=lambda: self.policy.prepare(self.prompt)
-            )
+            prompt = self.prompt[self.reuse :]
+            self.stats.target_s += self.target.decode(prompt, 1, self.cancel, self._prepare)
         except RequestCancelledError:  # stopped while the prompt was read: no tokens, the cache intact
             self.finish = "cancelled"
             self._close(t0)
@@ -221,6 +220,13 @@ class Generation:
         if tail:
             yield TokenChunk(tail, ())
         self._close(t0)
+
+    def _prepare(self) -> None:
+        try:
+            self.policy.prepare(self.prompt)
+        except Exception as exc:  # a failing lookup must never lose the request: decode plainly
+            self.stats.fallback_reason = f"preparing the drafts failed: {exc}"
+            self.policy = FixedPolicy(None, 0)
 
     def _step(self) -> _Step:
         room = self.target.n_ctx - self.target.n_past  # free positions; the pending token needs one
