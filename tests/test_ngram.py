@@ -182,7 +182,7 @@ def test_the_escaped_text_is_looked_up_once_the_reply_escapes_a_character() -> N
     assert escaped is not None
     view = PromptView(_chars(f"Run this with the tool.\\n{escaped}"), escaped=True)
     drafter = NgramDrafter.for_auto(text=chr, views=[view])
-    drafter.start(prompt)
+    drafter.prepare(prompt)  # the prompt phase leaves it alone too
     call = _chars('{"name": "run", "arguments": {"code": "x = ')
     tokens = [*prompt, *call]
     for end in range(len(prompt) + 1, len(tokens) + 1):

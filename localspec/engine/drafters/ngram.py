@@ -286,7 +286,8 @@ class NgramDrafter:
         self.start(prompt)
         self._index.index_all()
         for view in self._views:
-            view.index.index_all()
+            if self._escaping or not view.escaped:  # as lookups: an escaped form once the reply escapes
+                view.index.index_all()
         self._cursor.scan(prompt)
         if self._memory is not None:
             self._memory.index()
