@@ -398,12 +398,12 @@ class LlamaModel:
             self._fill_batch(chunk, start, first_logit)
             t0 = time.perf_counter()
             rc = llama_cpp.llama_decode(self._ctx, self._batch)
-            aside = 0.0
+            aside = 0.0  # meanwhile's seconds, not llama.cpp's
             try:
                 if meanwhile is not None and start + size >= len(tokens):
-                    aside = time.perf_counter()
+                    started = time.perf_counter()
                     meanwhile()
-                    aside = time.perf_counter() - aside
+                    aside = time.perf_counter() - started
             finally:
                 llama_cpp.llama_synchronize(self._ctx)
             spent += time.perf_counter() - t0 - aside
