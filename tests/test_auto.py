@@ -596,6 +596,50 @@ def test_a_redecide_s_time_is_taken_out_of_the_verify_time() -> None:
     assert costs.batch_scale == pytest.approx(1.5, rel=0.001)
 
 
+# 2 AVX2 cores (AMD EPYC, Zen 3), Qwen2.5-Coder-1.5B Q4_K_M as calibrated there (V(n) / V(1) x 70 ms).
+AVX2_POINTS = {1: 1.0, 2: 1.58, 4: 2.15, 8: 7.61, 12: 9.58, 16: 10.39}
+AVX2_POINTS |= {24: 16.78, 32: 17.47, 48: 22.34, 64: 25.44}
+AVX2 = Curve.from_points({n: 70 * MS * v for n, v in AVX2_POINTS.items()}, VERIFY_MAX)
+
+
+def busy_avx2(narrow: float) -> Machine:
+    """That machine busy: verifies of 2-8 tokens take `narrow` times what the calibration says."""
+    return Machine(Curve(tuple(v * (narrow if 2 <= n <= 8 else 1.0) for n, v in enumerate(AVX2.seconds, 1))))
+
+
+def verbatim_trace() -> Trace:
+    rng = np.random.default_rng(3)
+    prompt = tuple(int(t) for t in rng.integers(0, RNG_VOCAB, 900))
+    return Trace("verbatim", prompt, prompt[100:400])
+
+
+def test_a_verify_ratio_that_prices_long_copies_out_is_doubted_while_they_are_declined() -> None:
+    # Narrow verifies 1.45x the calibration (edit_fill_body_sched on a busy VM): auto's first short
+    # bets teach a batch ratio of 1.3, which priced the 63-token copy out for the rest of the reply
+    # (1.01x of plain decoding, 279 plain steps). Declining a long match doubts the ratio until a
+    # step drafts and measures a wide verify: it is as calibrated, and the copy is drafted.
+    m, trace = busy_avx2(1.45), verbatim_trace()
+    plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
+    clock = SimClock()
+    policy = AutoPolicy(OnlineCosts(AVX2), NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
+    auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=len(trace.output))
+    assert auto.tokens_per_second / plain > 1.8
+    assert policy.steps["none"] < 40
+
+
+def test_a_verify_ratio_is_not_doubted_where_no_long_match_is_declined() -> None:
+    # Fresh text, no match: nothing measures the ratio, and nothing doubts it either (doubted on
+    # every plain step, it sent prose back to short bets that verifies still too dear lost).
+    m = busy_avx2(1.45)
+    costs = OnlineCosts(AVX2)
+    costs.batch_ratio = 1.3
+    policy = AutoPolicy(costs, NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=SimClock())
+    replay(fresh_trace(), policy, m, SimClock(), charge_policy=False)
+    assert costs.batch_ratio == pytest.approx(1.3)
+    costs.doubt_batch_ratio()
+    assert 1.0 < costs.batch_ratio < 1.3
+
+
 def test_batched_verifies_learn_their_own_scale_beside_plain_decodes() -> None:
     # At a long context a verify's every position attends over it: plain decodes take 1.2x the
     # calibrated curve, a 16-token verify 1.4x. Plain steps set the plain scale, drafting ones how

@@ -54,6 +54,15 @@ IDLE_FORGET = 0.98
 # acceptance, since a shortfall is often a passing stretch (a run of near-ties) and the drafter must
 # get the chance to show it has passed.
 EFFICIENCY_IDLE_FORGET = 0.8
+# A batched verify's measured-over-calibrated ratio is measured only by steps that draft, and it
+# prices every width: on a busy VM (2 AVX2 cores) 3-token verifies ran 1.44x the curve, the ratio
+# rose to 1.30, a 63-token copy then looked too dear a stake, and with no drafting step left to
+# measure it again a file copied verbatim was decoded plainly for 100 tokens (edit_fill_body_sched,
+# docs/benchmarks.md session 30). Each step that declines a long match (LIFTED_BELOW tokens or more,
+# right 0.98 of the time) fades it back toward the calibration by this factor, until a step drafts
+# and measures it again. Only then: faded on every plain step, it sent prose, where narrow verifies
+# stayed that dear, back to bets they lose (replayed: 3 prompts of 31 under 0.97x of none).
+BATCH_DOUBT = 0.95
 # A draft's catch-up is charged as at most this many tokens: feeding it a prompt, or the tokens of
 # steps it sat out, is paid once and then serves every later step, as a prefill does.
 CATCH_UP_CHARGED = 2
@@ -187,6 +196,10 @@ class OnlineCosts:
         first = self.draft_scale * self.draft(min(lag, CATCH_UP_CHARGED))
         per = self.draft_scale * self.draft(1)
         return StepCost(verify, self.overhead, first + extra, per + extra, scale)
+
+    def doubt_batch_ratio(self) -> None:
+        """Fade the batched verify's correction one step back toward the calibration (BATCH_DOUBT)."""
+        self.batch_ratio = 1.0 + (self.batch_ratio - 1.0) * BATCH_DOUBT
 
     def learn(self, step: StepRecord) -> None:
         """Fold one finished step's times into the corrections."""
@@ -329,6 +342,8 @@ class AutoPolicy:
             eff = self._efficiency(self._draft.name).value
             options.append(Option(self._draft.name, accept, draft_cost, self.draft_k_max, tie, eff))
         choice, ratios = weighed(self.costs.step_cost(None), options)
+        if choice.name is None and key is not None and not _lifted(key):
+            self.costs.doubt_batch_ratio()
         if draft_name is not None and choice.name != draft_name and ratios[-1] < DRAFT_REST_BELOW:
             self._draft_rest = DRAFT_REST_STEPS
         self._last = StepRecord(choice.name, choice, now, len(ctx.tokens), peek, key, lag)
