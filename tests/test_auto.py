@@ -633,8 +633,9 @@ def test_a_verify_ratio_is_not_doubted_where_no_long_match_is_declined() -> None
     m = busy_avx2(1.45)
     costs = OnlineCosts(AVX2)
     costs.batch_ratio = 1.3
-    policy = AutoPolicy(costs, NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=SimClock())
-    replay(fresh_trace(), policy, m, SimClock(), charge_policy=False)
+    clock = SimClock()
+    policy = AutoPolicy(costs, NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
+    replay(fresh_trace(), policy, m, clock, charge_policy=False)
     assert costs.batch_ratio == pytest.approx(1.3)
     costs.doubt_batch_ratio()
     assert 1.0 < costs.batch_ratio < 1.3
