@@ -24,6 +24,7 @@ from localspec.auto.costmodel import (
     K_MAX,
     NGRAM_K_MAX,
     NGRAM_PRIOR_MAX,
+    VERIFY_MAX,
     ConfidenceMap,
     Curve,
     EarlyStop,
@@ -54,14 +55,20 @@ IDLE_FORGET = 0.98
 # acceptance, since a shortfall is often a passing stretch (a run of near-ties) and the drafter must
 # get the chance to show it has passed.
 EFFICIENCY_IDLE_FORGET = 0.8
-# A batched verify's measured-over-calibrated ratio is measured only by steps that draft, and it
-# prices every width: on a busy VM (2 AVX2 cores) 3-token verifies ran 1.44x the curve, the ratio
-# rose to 1.30, a 63-token copy then looked too dear a stake, and with no drafting step left to
-# measure it again a file copied verbatim was decoded plainly for 100 tokens (edit_fill_body_sched,
-# docs/benchmarks.md session 30). Each step that declines a long match (LIFTED_BELOW tokens or more,
-# right 0.98 of the time) fades it back toward the calibration by this factor, until a step drafts
-# and measures it again. Only then: faded on every plain step, it sent prose, where narrow verifies
-# stayed that dear, back to bets they lose (replayed: 3 prompts of 31 under 0.97x of none).
+# A batched verify's measured-over-calibrated ratio is learnt only from steps that draft, apart for
+# each class of verify width (the widest of each class, in tokens). One ratio for every width let the
+# narrow verifies price the wide ones: on a busy VM (2 AVX2 cores) 3-token verifies ran 1.44x the
+# curve, the ratio rose to 1.30, a 63-token copy then looked too dear a stake, and with no wide step
+# to measure it again a file copied verbatim was decoded plainly for 100 tokens (edit_fill_body_sched,
+# docs/benchmarks.md session 30). And there a calibration's single timings of widths 5-64 came out
+# 20-50% off (V(8) = 9.1 V(1) one load, 5.6-6.5 in each of three later three-pass measurements), in
+# either direction: each class's error is its own, learnt as its widths run.
+WIDTH_CLASSES = (4, 8, 16, 32, VERIFY_MAX)
+# A class can still be measured dear by one unlucky step (a VM stall) and then never run again: each
+# step that declines a long match (LIFTED_BELOW tokens or more, right 0.98 of the time) fades every
+# class's ratio back toward the calibration by this factor, until a step measures it again. Only
+# then: faded on every plain step, it sent prose, where narrow verifies stayed that dear, back to
+# bets they lose (replayed: 3 prompts of 31 under 0.97x of none).
 BATCH_DOUBT = 0.95
 # A draft's catch-up is charged as at most this many tokens: feeding it a prompt, or the tokens of
 # steps it sat out, is paid once and then serves every later step, as a prefill does.
@@ -169,10 +176,18 @@ class OnlineCosts:
         self.verify = verify
         self.draft = draft
         self.target_scale = 1.0
-        # A batched verify's time over what target_scale predicts for it: the curve is measured
-        # after a 16-token prefix, and attention over a long context costs each position of a batch
-        # (1.5B on 2 AVX-512 cores at 1,200 tokens: V(1) 1.18x the calibrated, V(16) 1.40x, V(48) 1.51x).
-        self.batch_ratio = 1.0
+        # A batched verify's time over what target_scale predicts for it, per WIDTH_CLASSES class:
+        # the curve is measured after a 16-token prefix, and attention over a long context costs
+        # each position of a batch (1.5B on 2 AVX-512 cores at 1,200 tokens: V(1) 1.18x the
+        # calibrated, V(16) 1.40x, V(48) 1.51x).
+        # A class no step has measured yet is taken as calibrated: given the ratio of the classes
+        # that ran, a copy's first wide verify is priced by the narrow ones. Replayed (31 traces,
+        # 14 pairs of machine and calibration, AVX2 ones among them), the one ratio against these:
+        # geometric mean 1.192x -> 1.202x of none, the edits on a miscalibrated AVX2 machine
+        # 1.36x -> 1.58x, 2.00x -> 2.18x; as before where the calibration was right. A class
+        # starting from the others' ratio kept half of that (1.200x).
+        self.batch_ratios = [1.0] * len(WIDTH_CLASSES)
+        self._batched: Curve | None = None
         self.draft_scale = 1.0
         self.overhead = 0.0
         self.per_token: dict[str, float] = {}
@@ -180,16 +195,26 @@ class OnlineCosts:
         # known even before any plain step (a draft that always runs would otherwise hide it).
         self._residuals = _Line()
 
-    @property
-    def batch_scale(self) -> float:
-        """What a batched verify takes over the calibrated curve."""
-        return self.target_scale * self.batch_ratio
+    def batch_ratio(self, n: int) -> float:
+        """What a batched verify of n tokens takes over the calibrated curve, beside a plain decode."""
+        return self.batch_ratios[width_class(n)] if n > 1 else 1.0
+
+    def batch_scale(self, n: int) -> float:
+        """What a batched verify of n tokens takes over the calibrated curve."""
+        return self.target_scale * self.batch_ratio(n)
+
+    def _batched_curve(self) -> Curve:
+        """The calibrated curve with each width's class ratio: what verifies take, target_scale aside."""
+        if self._batched is None:
+            points = self.verify.seconds
+            self._batched = Curve(tuple(v * self.batch_ratio(n) for n, v in enumerate(points, 1)))
+        return self._batched
 
     def step_cost(self, name: str | None, lag: int = 1, *, model: bool = False) -> StepCost:
         """The cost of a step with drafter `name` (None: plain); `model` drafters decode, n-grams look up."""
-        verify, scale = self.verify, self.batch_scale
         if name is None:
-            return StepCost(verify, self.overhead, verify_scale=self.target_scale)
+            return StepCost(self.verify, self.overhead, verify_scale=self.target_scale)
+        verify, scale = self._batched_curve(), self.target_scale
         extra = self.per_token.get(name, 0.0)
         if not model or self.draft is None:
             return StepCost(verify, self.overhead, extra, extra, scale)
@@ -197,17 +222,20 @@ class OnlineCosts:
         per = self.draft_scale * self.draft(1)
         return StepCost(verify, self.overhead, first + extra, per + extra, scale)
 
-    def doubt_batch_ratio(self) -> None:
-        """Fade the batched verify's correction one step back toward the calibration (BATCH_DOUBT)."""
-        self.batch_ratio = 1.0 + (self.batch_ratio - 1.0) * BATCH_DOUBT
+    def doubt_batch_ratios(self) -> None:
+        """Fade the batched verifies' corrections one step back toward the calibration (BATCH_DOUBT)."""
+        self.batch_ratios = [1.0 + (r - 1.0) * BATCH_DOUBT for r in self.batch_ratios]
+        self._batched = None
 
     def learn(self, step: StepRecord) -> None:
         """Fold one finished step's times into the corrections."""
         # A near-tie's one-token decode is not the batch's cost: the verify curve is the batch alone.
         batch_s = step.target_s - step.redecide_s
         if batch_s > 0 and step.drafted:
-            ratio = batch_s / self.verify(step.drafted + 1) / self.target_scale
-            self.batch_ratio = _clamp(_ew(self.batch_ratio, ratio))
+            n = step.drafted + 1
+            ratio, c = batch_s / self.verify(n) / self.target_scale, width_class(n)
+            self.batch_ratios[c] = _clamp(_ew(self.batch_ratios[c], ratio))
+            self._batched = None
         elif batch_s > 0:
             self.target_scale = _clamp(_ew(self.target_scale, batch_s / self.verify(1)))
         residual = step.wall_s - step.target_s - step.draft_s
@@ -343,7 +371,7 @@ class AutoPolicy:
             options.append(Option(self._draft.name, accept, draft_cost, self.draft_k_max, tie, eff))
         choice, ratios = weighed(self.costs.step_cost(None), options)
         if choice.name is None and key is not None and not _lifted(key):
-            self.costs.doubt_batch_ratio()
+            self.costs.doubt_batch_ratios()
         if draft_name is not None and choice.name != draft_name and ratios[-1] < DRAFT_REST_BELOW:
             self._draft_rest = DRAFT_REST_STEPS
         self._last = StepRecord(choice.name, choice, now, len(ctx.tokens), peek, key, lag)
@@ -506,6 +534,11 @@ class AutoPolicy:
             "mean_k": self.k_total / total if total else 0.0,
             "mean_k_drafting": self.k_total / drafting if drafting else 0.0,
         }
+
+
+def width_class(n: int) -> int:
+    """The WIDTH_CLASSES class of a verify of n tokens (n > 1; wider than the last: the last)."""
+    return next((i for i, top in enumerate(WIDTH_CLASSES) if n <= top), len(WIDTH_CLASSES) - 1)
 
 
 def _lifted(key: str) -> bool:
