@@ -183,9 +183,10 @@ class OnlineCosts:
         # A class no step has measured yet is taken as calibrated: given the ratio of the classes
         # that ran, a copy's first wide verify is priced by the narrow ones. Replayed (31 traces,
         # 14 pairs of machine and calibration, AVX2 ones among them), the one ratio against these:
-        # geometric mean 1.192x -> 1.202x of none, the edits on a miscalibrated AVX2 machine
-        # 1.36x -> 1.58x, 2.00x -> 2.18x; as before where the calibration was right. A class
-        # starting from the others' ratio kept half of that (1.200x).
+        # geometric mean 1.192x -> 1.202x of none; the 7 code edits' where the calibration is off
+        # 1.30x -> 1.41x, 1.56x -> 1.70x, 1.71x -> 1.80x (AVX2 curves), 2.00x -> 2.17x and
+        # 2.23x -> 2.52x (machines B and C calibrated as each other); within 0.02x where it is
+        # right. A class starting from the others' ratio kept half of that (1.200x).
         self.batch_ratios = [1.0] * len(WIDTH_CLASSES)
         self._batched: Curve | None = None
         self.draft_scale = 1.0
@@ -196,8 +197,8 @@ class OnlineCosts:
         self._residuals = _Line()
 
     def batch_ratio(self, n: int) -> float:
-        """What a batched verify of n tokens takes over the calibrated curve, beside a plain decode."""
-        return self.batch_ratios[width_class(n)] if n > 1 else 1.0
+        """A verify of n tokens' time over the calibrated curve's, beyond what target_scale says."""
+        return self.batch_ratios[_width_class(n)] if n > 1 else 1.0
 
     def batch_scale(self, n: int) -> float:
         """What a batched verify of n tokens takes over the calibrated curve."""
@@ -233,7 +234,7 @@ class OnlineCosts:
         batch_s = step.target_s - step.redecide_s
         if batch_s > 0 and step.drafted:
             n = step.drafted + 1
-            ratio, c = batch_s / self.verify(n) / self.target_scale, width_class(n)
+            ratio, c = batch_s / self.verify(n) / self.target_scale, _width_class(n)
             self.batch_ratios[c] = _clamp(_ew(self.batch_ratios[c], ratio))
             self._batched = None
         elif batch_s > 0:
@@ -536,7 +537,7 @@ class AutoPolicy:
         }
 
 
-def width_class(n: int) -> int:
+def _width_class(n: int) -> int:
     """The WIDTH_CLASSES class of a verify of n tokens (n > 1; wider than the last: the last)."""
     return next((i for i, top in enumerate(WIDTH_CLASSES) if n <= top), len(WIDTH_CLASSES) - 1)
 
