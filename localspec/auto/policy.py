@@ -182,11 +182,11 @@ class OnlineCosts:
         # calibrated, V(16) 1.40x, V(48) 1.51x).
         # A class no step has measured yet is taken as calibrated: given the ratio of the classes
         # that ran, a copy's first wide verify is priced by the narrow ones. Replayed (31 traces,
-        # 14 pairs of machine and calibration, AVX2 ones among them), the one ratio against these:
-        # geometric mean 1.192x -> 1.202x of none; the 7 code edits' where the calibration is off
-        # 1.30x -> 1.41x, 1.56x -> 1.70x, 1.71x -> 1.80x (AVX2 curves), 2.00x -> 2.17x and
-        # 2.23x -> 2.52x (machines B and C calibrated as each other); within 0.02x where it is
-        # right. A class starting from the others' ratio kept half of that (1.200x).
+        # 14 pairs of machine and calibration, AVX2 ones among them), one ratio for every width
+        # against these: geometric mean 1.192x -> 1.202x of none; the 7 code edits' where the
+        # calibration is off 1.30x -> 1.41x, 1.56x -> 1.70x, 1.71x -> 1.80x (AVX2 curves),
+        # 2.00x -> 2.17x and 2.23x -> 2.52x (machines B and C calibrated as each other); within
+        # 0.02x where it is right. A class starting from the others' ratio kept half of that (1.200x).
         self.batch_ratios = [1.0] * len(WIDTH_CLASSES)
         self._batched: Curve | None = None
         self.draft_scale = 1.0
