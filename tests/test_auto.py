@@ -602,15 +602,27 @@ AVX2_POINTS |= {24: 16.78, 32: 17.47, 48: 22.34, 64: 25.44}
 AVX2 = Curve.from_points({n: 70 * MS * v for n, v in AVX2_POINTS.items()}, VERIFY_MAX)
 
 
-def busy_avx2(narrow: float) -> Machine:
-    """That machine busy: verifies of 2-8 tokens take `narrow` times what the calibration says."""
-    return Machine(Curve(tuple(v * (narrow if 2 <= n <= 8 else 1.0) for n, v in enumerate(AVX2.seconds, 1))))
+def skewed_avx2(narrow: float, wide: float = 1.0) -> Machine:
+    """That machine busy, or its calibration off: verifies of 2-8 tokens take `narrow` times what
+    the calibration says, of 17-64 `wide` times (single timings there came out 20-50% off, either way)."""
+    scale = {n: narrow if 2 <= n <= 8 else wide if n > 16 else 1.0 for n in range(1, VERIFY_MAX + 1)}
+    return Machine(Curve(tuple(v * scale[n] for n, v in enumerate(AVX2.seconds, 1))))
 
 
 def verbatim_trace() -> Trace:
     rng = np.random.default_rng(3)
     prompt = tuple(int(t) for t in rng.integers(0, RNG_VOCAB, 900))
     return Trace("verbatim", prompt, prompt[100:400])
+
+
+def copy_on_avx2(m: Machine) -> tuple[float, AutoPolicy]:
+    """auto / plain decoding on a verbatim copy, on machine `m` with auto calibrated as AVX2 says."""
+    trace = verbatim_trace()
+    plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
+    clock = SimClock()
+    policy = AutoPolicy(OnlineCosts(AVX2), NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
+    auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=len(trace.output))
+    return auto.tokens_per_second / plain, policy
 
 
 def test_narrow_verifies_learnt_dear_do_not_price_the_wide_ones() -> None:
@@ -627,22 +639,11 @@ def test_narrow_verifies_learnt_dear_do_not_price_the_wide_ones() -> None:
     assert 1.0 < costs.batch_scale(48) < 1.2 and costs.batch_scale(4) == pytest.approx(1.45, rel=0.01)
 
 
-def skewed_avx2(narrow: float, wide: float) -> Machine:
-    """That machine's calibration off both ways: verifies of 2-8 tokens take `narrow` times what it
-    says, of 17-64 `wide` times (single timings there came out 20-50% off, either way)."""
-    scale = {n: narrow if 2 <= n <= 8 else wide if n > 16 else 1.0 for n in range(1, VERIFY_MAX + 1)}
-    return Machine(Curve(tuple(v * scale[n] for n, v in enumerate(AVX2.seconds, 1))))
-
-
 def test_a_copy_is_drafted_wide_where_only_the_narrow_verifies_run_dearer_than_calibrated() -> None:
     # Learnt as one ratio, the dear short bets a copy starts with priced its wide verifies out for
     # a while (18 plain steps, 2.42x of plain decoding); learnt per class, 6 plain steps, 2.57x.
-    m, trace = skewed_avx2(1.35, 0.85), verbatim_trace()
-    plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
-    clock = SimClock()
-    policy = AutoPolicy(OnlineCosts(AVX2), NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
-    auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=len(trace.output))
-    assert auto.tokens_per_second / plain > 2.5
+    speedup, policy = copy_on_avx2(skewed_avx2(1.35, 0.85))
+    assert speedup > 2.5
     assert policy.steps["none"] <= 10
 
 
@@ -651,19 +652,15 @@ def test_a_verify_ratio_that_prices_long_copies_out_is_doubted_while_they_are_de
     # all widths, auto's first short bets taught 1.3, which priced the 63-token copy out for the rest
     # of the reply (1.01x of plain decoding, 279 plain steps). Declining a long match doubts the
     # ratios until a step drafts and measures a wide verify again.
-    m, trace = busy_avx2(1.45), verbatim_trace()
-    plain = replay(trace, FixedPolicy(None, 0), m, charge_policy=False).tokens_per_second
-    clock = SimClock()
-    policy = AutoPolicy(OnlineCosts(AVX2), NgramDrafter.for_auto(), None, near_tie_prior=0.0, clock=clock)
-    auto = replay(trace, policy, m, clock, charge_policy=False, max_tokens=len(trace.output))
-    assert auto.tokens_per_second / plain > 1.8
+    speedup, policy = copy_on_avx2(skewed_avx2(1.45))
+    assert speedup > 1.8
     assert policy.steps["none"] < 40
 
 
 def test_a_verify_ratio_is_not_doubted_where_no_long_match_is_declined() -> None:
     # Fresh text, no match: nothing measures the ratio, and nothing doubts it either (doubted on
     # every plain step, it sent prose back to short bets that verifies still too dear lost).
-    m = busy_avx2(1.45)
+    m = skewed_avx2(1.45)
     costs = OnlineCosts(AVX2)
     costs.batch_ratios = [1.3] * len(costs.batch_ratios)
     clock = SimClock()

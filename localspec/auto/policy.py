@@ -188,7 +188,8 @@ class OnlineCosts:
         # 2.00x -> 2.17x and 2.23x -> 2.52x (machines B and C calibrated as each other); within
         # 0.02x where it is right. A class starting from the others' ratio kept half of that (1.200x).
         self.batch_ratios = [1.0] * len(WIDTH_CLASSES)
-        self._batched: Curve | None = None
+        # The curve with them applied, and the ratios it was built from (built again when they move).
+        self._batched: tuple[tuple[float, ...], Curve] | None = None
         self.draft_scale = 1.0
         self.overhead = 0.0
         self.per_token: dict[str, float] = {}
@@ -206,10 +207,11 @@ class OnlineCosts:
 
     def _batched_curve(self) -> Curve:
         """The calibrated curve with each width's class ratio: what verifies take, target_scale aside."""
-        if self._batched is None:
+        ratios = tuple(self.batch_ratios)
+        if self._batched is None or self._batched[0] != ratios:
             points = self.verify.seconds
-            self._batched = Curve(tuple(v * self.batch_ratio(n) for n, v in enumerate(points, 1)))
-        return self._batched
+            self._batched = ratios, Curve(tuple(v * self.batch_ratio(n) for n, v in enumerate(points, 1)))
+        return self._batched[1]
 
     def step_cost(self, name: str | None, lag: int = 1, *, model: bool = False) -> StepCost:
         """The cost of a step with drafter `name` (None: plain); `model` drafters decode, n-grams look up."""
@@ -226,7 +228,6 @@ class OnlineCosts:
     def doubt_batch_ratios(self) -> None:
         """Fade the batched verifies' corrections one step back toward the calibration (BATCH_DOUBT)."""
         self.batch_ratios = [1.0 + (r - 1.0) * BATCH_DOUBT for r in self.batch_ratios]
-        self._batched = None
 
     def learn(self, step: StepRecord) -> None:
         """Fold one finished step's times into the corrections."""
@@ -236,7 +237,6 @@ class OnlineCosts:
             n = step.drafted + 1
             ratio, c = batch_s / self.verify(n) / self.target_scale, _width_class(n)
             self.batch_ratios[c] = _clamp(_ew(self.batch_ratios[c], ratio))
-            self._batched = None
         elif batch_s > 0:
             self.target_scale = _clamp(_ew(self.target_scale, batch_s / self.verify(1)))
         residual = step.wall_s - step.target_s - step.draft_s
