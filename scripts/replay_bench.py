@@ -234,10 +234,16 @@ def replay_all(args: argparse.Namespace) -> None:
         print(f"auto / none: the mean over {args.jitter} machines (the recorded curves, then each point "
               f"off by N(0, {JITTER_SD:.0%})); min and max over them")  # fmt: skip
     for kind, ratios in by_kind.items():
-        print(f"{kind:12} auto / none median {statistics.median(ratios):.2f}x")
-    geo = math.exp(statistics.mean(math.log(r) for run in runs for r in run.values()))
+        # The geometric mean beside the median: a kind's median hides its one bad prompt.
+        median = statistics.median(ratios)
+        print(f"{kind:12} auto / none median {median:.2f}x, geometric mean {_geomean(ratios):.3f}x")
+    geo = _geomean([r for run in runs for r in run.values()])
     under = sum(r < 0.97 for r in every)
     print(f"all          geometric mean {geo:.3f}x; under 0.97x on {under} of {len(every)}")
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.mean(math.log(v) for v in values))
 
 
 def _positive(text: str) -> int:

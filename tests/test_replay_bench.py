@@ -72,6 +72,8 @@ def test_record_then_replay_on_the_tiny_model(
         run(replay_bench, monkeypatch, "replay", str(out), *flags)
         printed = capsys.readouterr().out
         assert "one" in printed and "two" in printed and "geometric mean" in printed
+        per_kind = [line for line in printed.splitlines() if "auto / none median" in line]
+        assert per_kind and all("geometric mean" in line for line in per_kind)
     run(replay_bench, monkeypatch, "replay", str(out), "--jitter", "3")
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(("one", "two"))]
     for row in rows:  # name, prompt tok, reply tok, mean, min, max, ceiling
