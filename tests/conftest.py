@@ -106,6 +106,12 @@ def _real_model(models_dir: Path, name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The curves the real-model daemons measured, shared between them (daemonproc.share_cache)."""
+    return tmp_path_factory.mktemp("real-cache")
+
+
+@pytest.fixture(scope="session")
 def qwen_target(models_dir: Path) -> Path:
     """Qwen2.5-Coder 1.5B Instruct, Q4_K_M: the default target."""
     return _real_model(models_dir, "qwen2.5-coder-1.5b-instruct-q4_k_m")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -132,13 +133,17 @@ def start_daemon(
     nofile: int | None = None,
     preexec: Callable[[], None] | None = None,
     socket_path: Path | None = None,
+    shared_cache: Path | None = None,
 ) -> Daemon:
     """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready.
 
     `nofile` sets the daemon's open-file limit (soft and hard), as a small machine's default would;
     `preexec` runs in the child before exec (after `nofile`); `socket_path` replaces the default socket.
+    `shared_cache`: see share_cache.
     """
     home.mkdir(parents=True, exist_ok=True)
+    if shared_cache is not None:
+        share_cache(shared_cache, home / "cache")
     port = free_port() if tcp else None
     argv: list[str] = ["--target", str(target)] if target is not None else []
     argv += ["--ctx", str(ctx), "--no-access-log", *args]
@@ -162,7 +167,21 @@ def start_daemon(
     daemon = Daemon(proc, home, socket_path or home / "run" / "localspec.sock", log_path, port, token)
     if wait:
         wait_ready(daemon)
+        if shared_cache is not None:
+            share_cache(home / "cache", shared_cache)
     return daemon
+
+
+def share_cache(source: Path, dest: Path) -> None:
+    """Copy the measured curves and GGUF summaries from `source` into `dest`.
+
+    The real-model daemons each have their own home; without a shared cache each measured the same
+    curves again at start (the prompt-read choice ~23 s, auto's calibration more at one thread, on 2
+    cores): the first one measures, the later ones start as a user's second `serve` does.
+    """
+    for part in ("calibration", "gguf"):
+        if (source / part).is_dir():
+            shutil.copytree(source / part, dest / part, dirs_exist_ok=True)
 
 
 def _before_exec(nofile: int | None, preexec: Callable[[], None] | None) -> None:

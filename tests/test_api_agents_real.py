@@ -31,7 +31,9 @@ MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path) -> Iterator[Daemon]:
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, real_cache: Path
+) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("agents-real-home")
     d = start_daemon(
         home,
@@ -42,6 +44,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_dra
         "draft",
         ctx=2048,
         env={"LOCALSPEC_THREADS": "2"},
+        shared_cache=real_cache,
     )
     yield d
     assert d.stop() == 0, d.log()

@@ -22,9 +22,18 @@ SUFFIX = "\n\n\nprint(add(2, 3))\n"
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path) -> Iterator[Daemon]:
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, real_cache: Path
+) -> Iterator[Daemon]:
     d = start_daemon(
-        tmp_path_factory.mktemp("real-home"), qwen_target, "--draft", str(qwen_draft), tcp=True, ctx=CTX
+        tmp_path_factory.mktemp("real-home"),
+        qwen_target,
+        "--draft",
+        str(qwen_draft),
+        tcp=True,
+        ctx=CTX,
+        env={"LOCALSPEC_THREADS": "2"},  # as the other real-model daemons: their curves are shared
+        shared_cache=real_cache,
     )
     yield d
     assert d.stop() == 0, d.log()
