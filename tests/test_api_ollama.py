@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ollama
@@ -253,17 +254,26 @@ def test_num_ctx_up_to_the_served_context(uds_ollama: ollama.Client) -> None:
     assert "8192" in info.value.error and "1024" in info.value.error and "--ctx" in info.value.error
 
 
-def test_pull_reports_an_unreachable_hub_in_ollama_shape(uds_ollama: ollama.Client) -> None:
-    events = []
-    with pytest.raises(ollama.ResponseError) as streamed:
-        for event in uds_ollama.pull("hf.co/acme/Tiny-GGUF:Q4_K_M", stream=True):
-            events.append(event.status)
-    assert events == ["pulling manifest"]
-    assert "cannot download acme/Tiny-GGUF" in streamed.value.error
-    assert "Connection refused" in streamed.value.error
-    with pytest.raises(ollama.ResponseError) as whole:
-        uds_ollama.pull("acme/Tiny-GGUF:tiny.gguf")
-    assert whole.value.status_code == 502 and "Connection refused" in whole.value.error
+def _pull_error(daemon: Daemon, name: str) -> ollama.ResponseError:
+    with daemon.ollama() as client, pytest.raises(ollama.ResponseError) as refused:
+        client.pull(name)
+    return refused.value
+
+
+def test_pull_reports_an_unreachable_hub_in_ollama_shape(daemon: Daemon, uds_ollama: ollama.Client) -> None:
+    # huggingface_hub retries a refused connection with backoff (~23 s): both pulls at once, which
+    # the daemon serves side by side.
+    with ThreadPoolExecutor(1) as pool:
+        whole = pool.submit(_pull_error, daemon, "acme/Tiny-GGUF:tiny.gguf")
+        events = []
+        with pytest.raises(ollama.ResponseError) as streamed:
+            for event in uds_ollama.pull("hf.co/acme/Tiny-GGUF:Q4_K_M", stream=True):
+                events.append(event.status)
+        assert events == ["pulling manifest"]
+        assert "cannot download acme/Tiny-GGUF" in streamed.value.error
+        assert "Connection refused" in streamed.value.error
+        error = whole.result(timeout=120)
+    assert error.status_code == 502 and "Connection refused" in error.error
 
 
 def test_pull_names(uds_ollama: ollama.Client) -> None:
