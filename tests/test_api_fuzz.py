@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,27 +38,42 @@ def test_no_request_earns_a_server_error(daemon: Daemon) -> None:
     operations = [r.ok() for r in results if isinstance(r, Ok)]
     assert len(operations) >= 10
     # Invalid data needs something to be invalid: only the routes with a body get negative cases.
-    runs = [(op, schemathesis.GenerationMode.POSITIVE) for op in operations]
-    runs += [(op, schemathesis.GenerationMode.NEGATIVE) for op in operations if op.method.upper() == "POST"]
-    for operation, mode in runs:
+    runs = [(op.label, "POSITIVE") for op in operations]
+    runs += [(op.label, "NEGATIVE") for op in operations if op.method.upper() == "POST"]
+    # Drawing the cases is most of the time (the daemon answers in a few seconds of ~100): the runs
+    # are split between two processes, one per core.
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = [pool.submit(_fuzz, daemon.base_url, label, mode) for label, mode in runs]
+        for future in futures:
+            future.result()
+    finally:
+        pool.shutdown(cancel_futures=True)  # after a failure, the runs not begun are not run
 
-        @given(case=operation.as_strategy(mode), served=st.booleans())
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            database=None,
-            derandomize=True,  # the same cases every run: CI must not flake on a lucky draw
-            suppress_health_check=list(HealthCheck),
+
+def _fuzz(base_url: str, label: str, mode_name: str) -> None:
+    """Fuzz one operation in one generation mode (POSITIVE or NEGATIVE); AssertionError on a 5xx."""
+    operation = schemathesis.openapi.from_url(f"{base_url}/openapi.json").find_operation_by_label(label)
+    assert operation is not None, label
+    mode = schemathesis.GenerationMode[mode_name]
+
+    @given(case=operation.as_strategy(mode), served=st.booleans())
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,  # the same cases every run: CI must not flake on a lucky draw
+        suppress_health_check=list(HealthCheck),
+    )
+    def fuzz(case: schemathesis.Case, served: bool) -> None:
+        if served and isinstance(case.body, dict) and "model" in case.body:
+            case.body["model"] = "localspec"  # else nearly every body stops at 404 before generating
+        response = case.call(timeout=60)
+        assert response.status_code < 500, (
+            f"{case.method} {case.path}: {response.status_code} {response.text}"
         )
-        def fuzz(case: schemathesis.Case, served: bool) -> None:
-            if served and isinstance(case.body, dict) and "model" in case.body:
-                case.body["model"] = "localspec"  # else nearly every body stops at 404 before generating
-            response = case.call(timeout=60)
-            assert response.status_code < 500, (
-                f"{case.method} {case.path}: {response.status_code} {response.text}"
-            )
 
-        fuzz()
+    fuzz()
 
 
 def test_the_daemon_is_alive_after_the_fuzzing(daemon: Daemon) -> None:
