@@ -113,13 +113,16 @@ def test_an_input_short_against_the_cache_stays_on_the_model(tiny_target: Path) 
 def test_the_choice_is_measured_once_and_cached(tiny_target: Path, tmp_path: Path) -> None:
     model = LlamaModel(tiny_target, OPTIONS)
     try:
-        first = attach_plain_prefill(model, tmp_path)
+        measuring: list[float] = []
+        first = attach_plain_prefill(model, tmp_path, measuring.append)
         assert first is not None and first.endswith("(measured on 192 tokens)")
+        assert measuring == [0.0, 0.25, 0.5, 0.75, 1.0]  # from its start, one report per read
         assert model.plain_prefill == first.startswith("prompts read with plain weights")
         again = LlamaModel(tiny_target, OPTIONS)
         try:
-            second = attach_plain_prefill(again, tmp_path)
-            assert second is not None and second.endswith("(cached)")
+            cached: list[float] = []
+            second = attach_plain_prefill(again, tmp_path, cached.append)
+            assert second is not None and second.endswith("(cached)") and not cached
             assert again.plain_prefill == model.plain_prefill
         finally:
             again.close()
@@ -135,6 +138,16 @@ def test_never_with_exact_loading_or_when_switched_off(tiny_target: Path, tmp_pa
         finally:
             model.close()
     assert not list(tmp_path.iterdir())  # nothing was measured
+
+
+def test_the_engine_reports_the_measurement_as_it_loads(tiny_target: Path, tmp_path: Path) -> None:
+    reports: list[tuple[str, float]] = []
+    config = EngineConfig(target=tiny_target, load=OPTIONS, method="none", cache_dir=tmp_path)
+    with Engine(config, progress=lambda what, fraction: reports.append((what, fraction))) as engine:
+        engine.wait_ready()
+    checks = [fraction for what, fraction in reports if what == "prompt-read check"]
+    assert checks[0] == 0.0 and checks[-1] == 1.0
+    assert reports.index(("prompt-read check", 0.0)) > reports.index(("target", 1.0))
 
 
 def test_the_engine_reads_prompts_with_the_plain_copy_and_says_so(tiny_target: Path) -> None:

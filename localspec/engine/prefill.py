@@ -13,6 +13,7 @@ on the CPU, so it is measured once per machine and model and cached next to the 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,15 @@ ROUNDS = 2
 WORTH = 1.1
 
 
-def attach_plain_prefill(model: LlamaModel, cache_dir: Path) -> str | None:
+def attach_plain_prefill(
+    model: LlamaModel, cache_dir: Path, progress: Callable[[float], None] | None = None
+) -> str | None:
     """Attach a plain copy of `model`'s weights for reading prompts where that is faster here.
 
     `model.options.plain_prefill`: True attaches it, False never, None where measured (or cached)
     at least WORTH times faster. Returns one line on what was decided and why, or None where the
     question does not arise (exact loading, no repacking, layers on a GPU or RPC workers).
+    `progress` hears the measurement's fraction done, where one runs.
     """
     options = model.options
     # Layers on RPC workers: a second copy would load onto them too, and their prompt reads pay the
@@ -44,8 +48,11 @@ def attach_plain_prefill(model: LlamaModel, cache_dir: Path) -> str | None:
         key = _speeds_key(model)
         speeds, how = _cached_speeds(cache_dir, key), "cached"
         if speeds is None:  # only a measurement needs the copy before the answer is known
+            if progress is not None:
+                progress(0.0)
             plain = _plain_copy(model)
-            speeds, how = _measure(model, plain, cache_dir, key), f"measured on {MEASURE_TOKENS} tokens"
+            speeds = _measure(model, plain, cache_dir, key, progress)
+            how = f"measured on {MEASURE_TOKENS} tokens"
         speedup = speeds[0] / speeds[1]
         if speedup < WORTH:
             if plain is not None:
@@ -80,20 +87,29 @@ def _cached_speeds(cache_dir: Path, key: dict[str, Any]) -> tuple[float, float] 
 
 
 def _measure(
-    model: LlamaModel, plain: LlamaModel, cache_dir: Path, key: dict[str, Any]
+    model: LlamaModel,
+    plain: LlamaModel,
+    cache_dir: Path,
+    key: dict[str, Any],
+    progress: Callable[[float], None] | None = None,
 ) -> tuple[float, float]:
-    """Seconds to read MEASURE_TOKENS prompt tokens, repacked and plain, measured now (and cached)."""
+    """Seconds to read MEASURE_TOKENS prompt tokens, repacked and plain, measured now (and cached).
+
+    Reports after each read: ~5 s each for a 1.5B on 2 slow cores, 20 s in all at a daemon's start.
+    """
     from localspec.auto.calibrate import _tokens, store
     from localspec.auto.costmodel import Curve
     from localspec.errors import StorageError
 
     tokens = _tokens(model, MEASURE_TOKENS)
     best = [float("inf"), float("inf")]
-    for _ in range(ROUNDS):  # in turns, so a burst of other load hits both
+    for r in range(ROUNDS):  # in turns, so a burst of other load hits both
         for i, m in enumerate((model, plain)):
             m.reset()
             best[i] = min(best[i], m.decode(tokens, 1))
             m.reset()
+            if progress is not None:
+                progress((2 * r + i + 1) / (2 * ROUNDS))
     with contextlib.suppress(StorageError):  # not saved: measured again next load
         store(cache_dir, key, Curve((best[0], best[1])))
     return best[0], best[1]
