@@ -97,7 +97,9 @@ def test_one_pass_is_enough_when_the_budget_is_spent_but_the_narrow_widths_get_e
     monkeypatch.setattr(cal, "_retime_outliers", lambda *args: None)
     seen: list[float] = []
     cal.measure(model, passes=3, budget_s=0.0, progress=seen.append)
-    assert seen == [1.0]
+    # From the start, as each width is timed (the one pass is a third of the three), then done.
+    assert seen[0] == 0.0 and seen[-1] == 1.0 and seen == sorted(seen)
+    assert seen[1:-1] == [(j + 1) / len(cal.SIZES) / 3 for j in range(len(cal.SIZES))]
     timed[max(cal.SIZES)] -= 1  # the untimed warm-up
     assert {n: timed[n] for n in range(1, cal.NARROW + 1)} == dict.fromkeys(range(1, cal.NARROW + 1), 3)
     assert {timed[n] for n in cal.SIZES if n > cal.NARROW} == {1}
