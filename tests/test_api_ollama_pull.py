@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import ollama
 import pytest
 from daemonproc import Daemon, start_daemon
-from test_hub import REPO, FakeHub, _handler
+from test_hub import REPO, FakeHub, HubServer, _handler
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 def fake_hub(tiny_target: Path) -> Iterator[FakeHub]:
     state = FakeHub()
     state.repos[REPO] = {"tiny-Q8_0.gguf": b"GGUF-not-this-one", "tiny-Q4_K_M.gguf": tiny_target.read_bytes()}
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server = HubServer(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}"

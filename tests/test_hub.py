@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import hostilegguf
@@ -38,6 +40,16 @@ class FakeHub:
     requests: list[str] = field(default_factory=list)
     fail_with: int | None = None
     url: str = ""
+
+
+class HubServer(ThreadingHTTPServer):
+    """The fake hub's server: a client that hangs up mid-answer (httpx closing a kept-alive
+    connection) is not an error here, and socketserver would print its traceback from the
+    server's thread, which pytest's capture can miss."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
@@ -101,7 +113,7 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_target: Path) -> I
         "tiny-Q4_K_M.gguf": tiny_target.read_bytes(),
         "mmproj-tiny-F16.gguf": b"GGUF-projector",
     }
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server = HubServer(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
