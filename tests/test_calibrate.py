@@ -106,6 +106,13 @@ def test_one_pass_is_enough_when_the_budget_is_spent_but_the_narrow_widths_get_e
     assert model.n_past == 0
 
 
+def test_progress_reaches_done_once_when_every_pass_runs(model: LlamaModel) -> None:
+    every: list[float] = []
+    cal.measure(model, sizes=(1, 2, 4), passes=2, budget_s=1e9, progress=every.append)
+    # Each 1.0 is a "done" line in the CLI: once, after the last pass and the re-timings.
+    assert every == pytest.approx([0.0, 1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0])
+
+
 def test_a_width_stalled_in_every_pass_is_timed_again(
     model: LlamaModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:

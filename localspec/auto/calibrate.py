@@ -177,7 +177,9 @@ def measure(
         # Alternate the order, so no size always follows the largest decode.
         for j, n in enumerate(sizes if p % 2 == 0 else reversed(sizes)):
             best[n] = min(best[n], _timed(model, tokens, n, prefix))
-            report((p + (j + 1) / len(sizes)) / passes)
+            done = (p + (j + 1) / len(sizes)) / passes
+            if done < 1.0:  # 1.0 once, at the very end
+                report(done)
         ran = p + 1
         if ran == passes or time.perf_counter() - started > budget_s:
             break
