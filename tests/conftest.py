@@ -106,9 +106,9 @@ def _real_model(models_dir: Path, name: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def daemon_curves(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The curves the real-model daemons measured, shared between them (daemonproc.share_cache)."""
-    return tmp_path_factory.mktemp("real-cache")
+    return tmp_path_factory.mktemp("daemon-curves")
 
 
 @pytest.fixture(scope="session")

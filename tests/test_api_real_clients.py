@@ -23,7 +23,7 @@ SUFFIX = "\n\n\nprint(add(2, 3))\n"
 
 @pytest.fixture(scope="module")
 def daemon(
-    tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, real_cache: Path
+    tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, daemon_curves: Path
 ) -> Iterator[Daemon]:
     d = start_daemon(
         tmp_path_factory.mktemp("real-home"),
@@ -33,7 +33,7 @@ def daemon(
         tcp=True,
         ctx=CTX,
         env={"LOCALSPEC_THREADS": "2"},  # as the other real-model daemons: their curves are shared
-        shared_cache=real_cache,
+        shared_cache=daemon_curves,
     )
     yield d
     assert d.stop() == 0, d.log()

@@ -39,7 +39,7 @@ MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 @pytest.fixture(scope="module")
 def daemon(
-    tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, real_cache: Path
+    tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, daemon_curves: Path
 ) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("tools-real-home")
     d = start_daemon(
@@ -51,7 +51,7 @@ def daemon(
         "draft",
         ctx=2048,
         env={"LOCALSPEC_THREADS": "2"},
-        shared_cache=real_cache,
+        shared_cache=daemon_curves,
     )
     yield d
     assert d.stop() == 0, d.log()
