@@ -172,6 +172,12 @@ def start_daemon(
     return daemon
 
 
+def start_real_daemon(home: Path, target: Path, *args: str, curves: Path, **kwargs: Any) -> Daemon:
+    """start_daemon for a real model: two threads, as every real-model daemon, so that the curves
+    they measure share one key and each starts from those the earlier ones left in `curves`."""
+    return start_daemon(home, target, *args, env={"LOCALSPEC_THREADS": "2"}, shared_cache=curves, **kwargs)
+
+
 def share_cache(source: Path, dest: Path) -> None:
     """Copy the measured curves and GGUF summaries from `source` into `dest`.
 

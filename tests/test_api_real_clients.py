@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemonproc import Daemon, start_daemon
+from daemonproc import Daemon, start_real_daemon
 from test_api_infill import LLAMA_VIM_ACCEPTS, curl_post, llama_vim_fim, vim_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -25,16 +25,9 @@ SUFFIX = "\n\n\nprint(add(2, 3))\n"
 def daemon(
     tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, daemon_curves: Path
 ) -> Iterator[Daemon]:
-    d = start_daemon(
-        tmp_path_factory.mktemp("real-home"),
-        qwen_target,
-        "--draft",
-        str(qwen_draft),
-        tcp=True,
-        ctx=CTX,
-        env={"LOCALSPEC_THREADS": "2"},  # as the other real-model daemons: their curves are shared
-        shared_cache=daemon_curves,
-    )
+    home = tmp_path_factory.mktemp("real-home")
+    draft = ("--draft", str(qwen_draft))
+    d = start_real_daemon(home, qwen_target, *draft, tcp=True, ctx=CTX, curves=daemon_curves)
     yield d
     assert d.stop() == 0, d.log()
 

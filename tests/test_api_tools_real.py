@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from daemonproc import Daemon, start_daemon
+from daemonproc import Daemon, start_real_daemon
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -42,17 +42,8 @@ def daemon(
     tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, qwen_draft: Path, daemon_curves: Path
 ) -> Iterator[Daemon]:
     home = tmp_path_factory.mktemp("tools-real-home")
-    d = start_daemon(
-        home,
-        qwen_target,
-        "--draft",
-        str(qwen_draft),
-        "--method",
-        "draft",
-        ctx=2048,
-        env={"LOCALSPEC_THREADS": "2"},
-        shared_cache=daemon_curves,
-    )
+    draft = ("--draft", str(qwen_draft), "--method", "draft")
+    d = start_real_daemon(home, qwen_target, *draft, curves=daemon_curves)
     yield d
     assert d.stop() == 0, d.log()
 
