@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import ollama
 import pytest
 from daemonproc import Daemon, start_daemon
-from test_hub import REPO, FakeHub, HubServer, _handler
+from test_hub import REPO, FakeHub, serving
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -18,14 +17,8 @@ pytestmark = pytest.mark.timeout(120)
 def fake_hub(tiny_target: Path) -> Iterator[FakeHub]:
     state = FakeHub()
     state.repos[REPO] = {"tiny-Q8_0.gguf": b"GGUF-not-this-one", "tiny-Q4_K_M.gguf": tiny_target.read_bytes()}
-    server = HubServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(state):
+        yield state
 
 
 @pytest.fixture(scope="module")

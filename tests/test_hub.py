@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,6 +51,21 @@ class HubServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
+
+
+@contextmanager
+def serving(hub: FakeHub) -> Iterator[FakeHub]:
+    """The fake hub answering on a free local port (`hub.url`) until the block ends."""
+    server = HubServer(("127.0.0.1", 0), _handler(hub))
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield hub
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
@@ -113,19 +129,11 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_target: Path) -> I
         "tiny-Q4_K_M.gguf": tiny_target.read_bytes(),
         "mmproj-tiny-F16.gguf": b"GGUF-projector",
     }
-    server = HubServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("HF_ENDPOINT", state.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    try:
+    with serving(state):
+        monkeypatch.setenv("HF_ENDPOINT", state.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_TOKEN", raising=False)
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_pull_chooses_q4_k_m(hub: FakeHub, tmp_path: Path, tiny_target: Path) -> None:
