@@ -48,10 +48,10 @@ def attach_plain_prefill(
         key = _speeds_key(model)
         speeds, how = _cached_speeds(cache_dir, key), "cached"
         if speeds is None:  # only a measurement needs the copy before the answer is known
-            if progress is not None:
-                progress(0.0)
+            report = progress or (lambda _fraction: None)
+            report(0.0)
             plain = _plain_copy(model)
-            speeds = _measure(model, plain, cache_dir, key, progress)
+            speeds = _measure(model, plain, cache_dir, key, report)
             how = f"measured on {MEASURE_TOKENS} tokens"
         speedup = speeds[0] / speeds[1]
         if speedup < WORTH:
@@ -91,7 +91,7 @@ def _measure(
     plain: LlamaModel,
     cache_dir: Path,
     key: dict[str, Any],
-    progress: Callable[[float], None] | None = None,
+    report: Callable[[float], None],
 ) -> tuple[float, float]:
     """Seconds to read MEASURE_TOKENS prompt tokens, repacked and plain, measured now (and cached).
 
@@ -108,8 +108,7 @@ def _measure(
             m.reset()
             best[i] = min(best[i], m.decode(tokens, 1))
             m.reset()
-            if progress is not None:
-                progress((2 * r + i + 1) / (2 * ROUNDS))
+            report((2 * r + i + 1) / (2 * ROUNDS))
     with contextlib.suppress(StorageError):  # not saved: measured again next load
         store(cache_dir, key, Curve((best[0], best[1])))
     return best[0], best[1]
