@@ -42,10 +42,12 @@ def fresh_trace(n: int = 160, draft_hits: float = 0.0) -> Trace:
     return Trace("fresh", tuple(prompt), tuple(output), tuple(guess), tuple(conf))
 
 
-def run_auto(m: Machine, trace: Trace) -> tuple[Replayed, AutoPolicy]:
+def run_auto(m: Machine, trace: Trace, costs: OnlineCosts | None = None) -> tuple[Replayed, AutoPolicy]:
+    """auto on one trace; `costs`: an engine's, shared with the requests before (default: fresh)."""
     clock = SimClock()
     draft = TraceDrafter(trace, m) if m.draft is not None else None
-    policy = AutoPolicy(OnlineCosts(m.verify, m.draft), NgramDrafter(2, 8), draft, clock=clock)
+    costs = costs or OnlineCosts(m.verify, m.draft)
+    policy = AutoPolicy(costs, NgramDrafter(2, 8), draft, clock=clock)
     return replay(trace, policy, m, clock, charge_policy=False), policy
 
 

@@ -31,6 +31,7 @@ from scipy import stats
 
 from localspec.auto import policy as policy_module
 from localspec.auto.costmodel import (
+    DRAFT_PRIOR,
     K_MAX,
     LONG_WIDTHS,
     NGRAM_CONTINUE_PRIOR,
@@ -271,6 +272,48 @@ def test_a_draft_dropped_after_an_unlucky_start_is_tried_again() -> None:
     result, _ = run_auto(m, trace)
     assert result.method_steps["draft"] > result.method_steps.get("none", 0)
     assert result.tokens_per_second >= 0.9 * best_fixed(m, trace)
+
+
+def test_a_draft_never_right_in_one_request_is_not_tried_in_the_next() -> None:
+    m, trace = machine(GPU, draft_ratio=0.15), fresh_trace(draft_hits=0.0)
+    costs = OnlineCosts(m.verify, m.draft)
+    first, _ = run_auto(m, trace, costs)
+    second, policy = run_auto(m, trace, costs)
+    assert first.method_steps.get("draft", 0) >= 2
+    assert second.method_steps.get("draft", 0) == 0
+    assert policy.acceptance["draft"].prior < 0.5 * DRAFT_PRIOR
+    plain = run_fixed(m, trace, "none", 0).tokens_per_second
+    assert first.tokens_per_second < 0.995 * plain <= second.tokens_per_second * 1.001
+
+
+def test_a_draft_right_as_often_as_expected_starts_each_request_from_the_prior() -> None:
+    # The record only lowers a request's prior: a few lucky requests must not make later ones
+    # draft where a fresh engine would not.
+    m, trace = machine(GPU, draft_ratio=0.15), fresh_trace(draft_hits=0.95)
+    costs = OnlineCosts(m.verify, m.draft)
+    first, _ = run_auto(m, trace, costs)
+    second, policy = run_auto(m, trace, costs)
+    assert costs.draft_record.seen > 10 and costs.draft_record.hits > 0.8 * costs.draft_record.seen
+    assert policy.acceptance["draft"].prior == DRAFT_PRIOR
+    assert second.method_steps == first.method_steps
+
+
+def test_a_draft_written_off_is_weighed_again_some_requests_later() -> None:
+    m = machine(GPU, draft_ratio=0.15)
+    costs = OnlineCosts(m.verify, m.draft)
+    run_auto(m, fresh_trace(draft_hits=0.0), costs)
+    priors: list[float] = []
+    drafted = 0
+    good = fresh_trace(draft_hits=0.95)
+    while not drafted and len(priors) < 30:
+        result, policy = run_auto(m, good, costs)
+        priors.append(policy.acceptance["draft"].prior)
+        drafted = result.method_steps.get("draft", 0)
+    # Each request without a try fades the record back toward the prior, until one tries again;
+    # then the draft runs as it would have on a fresh engine.
+    assert 2 <= len(priors) <= 15
+    assert priors == sorted(priors)
+    assert drafted > 0.5 * result.steps
 
 
 def test_drafting_that_keeps_falling_short_of_its_plan_is_cut_back() -> None:

@@ -119,6 +119,41 @@ PROSE_RISK = 0.03
 SHORT_STAKE = 1.0
 # How many steps' worth of evidence the draft model's prior acceptance counts for.
 DRAFT_PRIOR_WEIGHT = 2.0
+# A draft model's first drafted token, right or wrong, is remembered across an engine's requests
+# (OnlineCosts.draft_record), and a request's prior for it is the record's when that is lower than
+# DRAFT_PRIOR. A draft that is never right (the random-weight models shaped as a 32B target and the
+# 0.5B on an H200) was otherwise tried 2-5 times in every request, each try a draft and a verify lost,
+# and auto read 0.926-0.985x of `none` there (docs/benchmarks.md session 33); where the draft is
+# right about as often as the prior says, nothing changes. Never above DRAFT_PRIOR: on real traces
+# a record raised by a few right tokens sent later requests (a bug fix beside a 14B-shaped curve,
+# 1.64x -> 1.40x) to drafts that lost. DRAFT_PRIOR counts for DRAFT_RECORD_WEIGHT first tokens;
+# each observed one decays the record by DRAFT_RECORD_DECAY, each new request by DRAFT_RECORD_FADE,
+# so a draft written off is weighed again some requests later (beside the 32B-shaped curve, eight).
+DRAFT_RECORD_WEIGHT = 4.0
+DRAFT_RECORD_DECAY = 0.95
+DRAFT_RECORD_FADE = 0.9
+
+
+class DraftRecord:
+    """How often the draft model's first drafted token was right, over an engine's requests."""
+
+    def __init__(self) -> None:
+        self.hits = self.seen = 0.0
+
+    def observe(self, hit: bool) -> None:
+        self.hits = self.hits * DRAFT_RECORD_DECAY + hit
+        self.seen = self.seen * DRAFT_RECORD_DECAY + 1.0
+
+    def fade(self) -> None:
+        """A new request: the record counts a little less (DRAFT_RECORD_FADE)."""
+        self.hits *= DRAFT_RECORD_FADE
+        self.seen *= DRAFT_RECORD_FADE
+
+    @property
+    def prior(self) -> float:
+        """A request's prior for the first drafted token: the record's rate, at most DRAFT_PRIOR."""
+        rate = (DRAFT_PRIOR * DRAFT_RECORD_WEIGHT + self.hits) / (DRAFT_RECORD_WEIGHT + self.seen)
+        return min(DRAFT_PRIOR, rate)
 
 
 class ModelDraft(Protocol):
@@ -196,6 +231,8 @@ class OnlineCosts:
         # Python's time per step against tokens drafted: its intercept is the per-step overhead,
         # known even before any plain step (a draft that always runs would otherwise hide it).
         self._residuals = _Line()
+        # Not a cost, but as these an engine's requests share it: see DRAFT_RECORD_WEIGHT.
+        self.draft_record = DraftRecord()
 
     def batch_ratio(self, n: int) -> float:
         """A verify of n tokens' time over the calibrated curve's, beyond what target_scale says."""
@@ -297,6 +334,7 @@ class AutoPolicy:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.costs = costs
+        costs.draft_record.fade()
         self.k_max = max(1, min(k_max, NGRAM_K_MAX))
         self.draft_k_max = min(self.k_max, K_MAX)
         self.acceptance: dict[str, PositionalAcceptance] = {}
@@ -405,6 +443,8 @@ class AutoPolicy:
             # after a near-tie were never judged: they are no evidence either way.
             judged = max(outcome.judged, int(step.refused))
             self._estimator(self._draft.name).observe(outcome.accepted, judged)
+            if judged:
+                self.costs.draft_record.observe(outcome.accepted > 0)
             self.confidence.observe(step.confidences[: outcome.judged], outcome.accepted)
 
     def pause(self, tokens: Sequence[int]) -> None:
@@ -501,7 +541,8 @@ class AutoPolicy:
             else:
                 # No caution for a model draft: it learns only while it runs, and a cautious
                 # estimate would stop it after one bad step. Its cost keeps it off where it loses.
-                estimator = PositionalAcceptance(DRAFT_PRIOR, strength=DRAFT_PRIOR_WEIGHT, caution=0.0)
+                prior = self.costs.draft_record.prior
+                estimator = PositionalAcceptance(prior, strength=DRAFT_PRIOR_WEIGHT, caution=0.0)
             self.acceptance[key] = estimator
         return estimator
 
