@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from localspec.engine import heap
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig
 from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schema_grammar
 from localspec.engine.drafters.base import Drafter, common_prefix
@@ -250,11 +251,13 @@ class Engine:
             self._ready.set()
             self._fail_all()
             return
+        heap.settle()
         self.info.status = "ready"
         self._ready.set()
         while (job := self._jobs.get()) is not None:
             _on_a_thread_of_its_own(functools.partial(self._run, job))
         _on_a_thread_of_its_own(self._unload)
+        heap.refresh()
 
     def _fail_all(self) -> None:
         while (job := self._jobs.get()) is not None:
