@@ -385,6 +385,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if not args.merge and args.server is None:
         ap.error("--server is required (or --merge earlier runs)")
+    if not args.merge:
+        args.logs.mkdir(parents=True, exist_ok=True)  # a folder of this run's own, made as it starts
     return args
 
 
