@@ -3,13 +3,16 @@
 A full collection walks every container object the process holds. With llama-cpp-python
 imported (its ctypes prototypes and structures) one takes 30-40 ms on 2 AVX2 cores here
 (`import llama_cpp; gc.collect()`: 33 ms over 33,000 objects; 4 ms for 40,000 plain dicts),
-and CPython starts one whenever enough objects have outlived the younger collections: on an
-H200's host one fell between two tokens of a reply, a 16-21 ms stall where a 32B-shaped
-target's step takes 13 ms (docs/benchmarks.md, session 33). What an engine loads lives as long
-as the engine, and what a request allocates is freed by reference counting (a closed engine
-is too: tests/test_heap.py), so once an engine has loaded, what is alive is frozen
-(gc.freeze): later collections walk only what came after. When an engine closes, everything is
-unfrozen, collected and frozen again, so nothing that became garbage since stays uncollected.
+and CPython starts one whenever enough objects have outlived the younger collections, between
+any two tokens: on an H200's host a 16-21 ms stall of that size (most likely one) fell inside a
+reply whose steps took 13 ms (a 32B-shaped target; docs/benchmarks.md, session 33).
+
+What an engine loads lives as long as the engine, and what a request leaves behind is young,
+freed by the young collections. So once an engine has loaded, what is alive is frozen
+(gc.freeze): later collections walk only what came after. A closed engine is still freed, as
+nothing it loaded is in a reference cycle (tests/test_heap.py); and when one closes, everything
+is unfrozen, collected and frozen again, so what became garbage while frozen (a request in
+flight on another engine during a load) goes then.
 """
 
 from __future__ import annotations
