@@ -39,6 +39,7 @@ from localspec.auto.costmodel import (
     Curve,
     Plan,
     PositionalAcceptance,
+    ngram_key,
 )
 from localspec.auto.oracle import ceiling
 from localspec.auto.policy import AutoPolicy, OnlineCosts, StepRecord
@@ -314,6 +315,58 @@ def test_a_draft_written_off_is_weighed_again_some_requests_later() -> None:
     assert 2 <= len(priors) <= 15
     assert priors == sorted(priors)
     assert drafted > 0.5 * result.steps
+
+
+class ScriptedLookup:
+    """An n-gram drafter whose every peek is the same 63-token copy on a 6-token match; `ended`:
+    copies the reply has left for good (NgramDrafter.copies_ended)."""
+
+    name = "ngram"
+
+    def __init__(self, ended: int) -> None:
+        self.copies_ended = ended
+
+    def prepare(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def start(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def peek(self, tokens: Sequence[int], k: int) -> NgramMatch:
+        return NgramMatch(list(range(1000, 1000 + min(k, 63))), 6, start=0)
+
+    def in_prose(self, tokens: Sequence[int]) -> bool:
+        return False
+
+
+def bet_after_short_runs(ended: int) -> tuple[int, list[float], list[float]]:
+    """auto's bet on the scripted copy, where this request's runs broke after 5 tokens four times and
+    the copy's key was right 3 of 3 once: the tokens drafted, the key's estimates, those planned with."""
+    # A GPU-like verify curve out to the widest verify: a long copy costs little more than a token.
+    flat = Curve(tuple((5.0 + 0.1 * (n - 1)) * 1e-3 for n in range(1, VERIFY_MAX + 1)))
+    lookup = ScriptedLookup(ended)
+    policy = AutoPolicy(OnlineCosts(flat), lookup, None, near_tie_prior=0.0, clock=SimClock())  # type: ignore[arg-type]
+    for _ in range(4):
+        policy._learn_continuing(5, 6)
+    key = ngram_key(6, 1)
+    for _ in range(3):
+        policy._estimator(key).observe(3, 3)
+    prompt = list(range(100))
+    _, k = policy.choose(speculative.StepContext([*prompt, 7], 1 << 20, 0, len(prompt)))
+    estimates = policy._estimates(key)
+    return k, estimates, policy._within_evidence(key, estimates)
+
+
+def test_a_reply_stitched_from_pieces_bets_past_a_keys_evidence_at_its_own_runs_rate() -> None:
+    whole_k, estimates, capped = bet_after_short_runs(ended=0)
+    stitched_k, _, _ = bet_after_short_runs(ended=1)
+    # Past its evidence (3 positions) the key's estimates are its last position's; this request's
+    # runs went on at about 0.84 a position, and where the reply has left a copy for good no
+    # position past the evidence is planned higher than that.
+    assert capped[:3] == estimates[:3]
+    assert min(estimates[3:8]) > 0.95 and max(capped[3:]) < 0.85
+    # A reply that is one copy with edits in it bets as before; a stitched one less.
+    assert stitched_k < whole_k
 
 
 def test_drafting_that_keeps_falling_short_of_its_plan_is_cut_back() -> None:

@@ -336,3 +336,18 @@ def test_a_json_copy_s_renames_are_learned_and_drafted_through_its_escaped_line_
     for end in range(len(prompt) + 1, len(tokens) + 1):
         plain.peek(tokens[:end], 8)
     assert plain.peek(tokens, 7).tokens != renamed(escaped[27:34])
+
+
+def test_a_copy_left_for_another_place_counts_as_ended_and_an_edit_come_back_from_does_not() -> None:
+    src = source()
+    # A rename on every line: the reply leaves the copy at each, and comes back to it.
+    cursor, _ = follow(src, renamed(src[:40]))
+    assert cursor.following and cursor.ended == 0
+    # Away from the copy (new tokens), then anchored elsewhere by a lookup: that copy ended.
+    cursor, _ = follow(src, [*src[:12], 700, 701, 702])
+    assert not cursor.following and cursor.ended == 0
+    cursor.anchor(40, 5)
+    assert cursor.ended == 1
+    # Re-anchored while following (a longer match elsewhere): nothing was left.
+    cursor.anchor(60, 6)
+    assert cursor.ended == 1

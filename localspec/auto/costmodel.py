@@ -349,6 +349,11 @@ class PositionalAcceptance:
                 break
         self._cached = None
 
+    @property
+    def depth(self) -> int:
+        """Positions observed so far (0: none): past them, every estimate is the one before it."""
+        return self._depth
+
     def forget(self, factor: float) -> None:
         """Drift back toward the prior while unused, so a drafter judged on a bad stretch is tried again."""
         depth = self._depth

@@ -121,6 +121,9 @@ class CopyCursor:
         self._edit_out = 0  # ... and where its new tokens start in the reply
         self._left: tuple[int, int] | None = None  # (source, reply) indices where the reply left the copy
         self.run = 0  # tokens the cursor has followed since it last lost the reply
+        # Copies the reply left and never came back to: the cursor, away from one, was anchored
+        # elsewhere. A reply that does this is stitched from pieces, not one copy with edits in it.
+        self.ended = 0
         self._seen = 0  # tokens of `tokens` already fed
         self._reply_from = 0  # where the reply begins in tokens (after the prompt)
 
@@ -138,6 +141,8 @@ class CopyCursor:
 
     def anchor(self, pos: int, run: int) -> None:
         """Copy from `pos` on (an n-gram match found it, `run` tokens long)."""
+        if self._left is not None:
+            self.ended += 1
         self.pos, self._pending, self._left, self.run = pos, (), None, run
 
     def feed(self, tokens: Sequence[int]) -> None:

@@ -324,6 +324,11 @@ class NgramDrafter:
             return self._until_end(earlier)
         return self._until_end(own)
 
+    @property
+    def copies_ended(self) -> int:
+        """Copies this reply left and never came back to (CopyCursor.ended): it is made of pieces."""
+        return self._cursor.ended
+
     def _view_copy(self, tokens: Sequence[int], k: int, own: NgramMatch) -> NgramMatch:
         """The draft from the prompt's other form whose match reaches furthest back, where it reaches
         further than the context's own (equal: the context's own).
