@@ -151,26 +151,27 @@ DRAFT_RECORD_DECAY = 0.95
 DRAFT_RECORD_FADE = 0.9
 
 
-class DraftRecord:
-    """How often the draft model's first drafted token was right, over an engine's requests."""
+class DecayedRate:
+    """Hits over trials, each trial decaying the earlier ones by `decay`, starting from `prior`,
+    which counts for `weight` trials: the draft model's record across requests, and a request's
+    rate of n-gram runs going on."""
 
-    def __init__(self) -> None:
+    def __init__(self, prior: float, weight: float, decay: float) -> None:
+        self.prior, self.weight, self.decay = prior, weight, decay
         self.hits = self.seen = 0.0
 
     def observe(self, hit: bool) -> None:
-        self.hits = self.hits * DRAFT_RECORD_DECAY + hit
-        self.seen = self.seen * DRAFT_RECORD_DECAY + 1.0
+        self.hits = self.hits * self.decay + hit
+        self.seen = self.seen * self.decay + 1.0
 
-    def fade(self) -> None:
-        """A new request: the record counts a little less (DRAFT_RECORD_FADE)."""
-        self.hits *= DRAFT_RECORD_FADE
-        self.seen *= DRAFT_RECORD_FADE
+    def fade(self, factor: float) -> None:
+        """Every trial so far counts `factor` less."""
+        self.hits *= factor
+        self.seen *= factor
 
     @property
-    def prior(self) -> float:
-        """A request's prior for the first drafted token: the record's rate, at most DRAFT_PRIOR."""
-        rate = (DRAFT_PRIOR * DRAFT_RECORD_WEIGHT + self.hits) / (DRAFT_RECORD_WEIGHT + self.seen)
-        return min(DRAFT_PRIOR, rate)
+    def rate(self) -> float:
+        return (self.hits + self.weight * self.prior) / (self.seen + self.weight)
 
 
 class ModelDraft(Protocol):
@@ -248,8 +249,9 @@ class OnlineCosts:
         # Python's time per step against tokens drafted: its intercept is the per-step overhead,
         # known even before any plain step (a draft that always runs would otherwise hide it).
         self._residuals = _Line()
-        # Not a cost, but as these an engine's requests share it: see DRAFT_RECORD_WEIGHT.
-        self.draft_record = DraftRecord()
+        # Not a cost, but as these an engine's requests share it: how often the draft model's first
+        # drafted token was right (see DRAFT_RECORD_WEIGHT).
+        self.draft_record = DecayedRate(DRAFT_PRIOR, DRAFT_RECORD_WEIGHT, DRAFT_RECORD_DECAY)
 
     def batch_ratio(self, n: int) -> float:
         """A verify of n tokens' time over the calibrated curve's, beyond what target_scale says."""
@@ -351,7 +353,7 @@ class AutoPolicy:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.costs = costs
-        costs.draft_record.fade()
+        costs.draft_record.fade(DRAFT_RECORD_FADE)  # a new request
         self.k_max = max(1, min(k_max, NGRAM_K_MAX))
         self.draft_k_max = min(self.k_max, K_MAX)
         self.acceptance: dict[str, PositionalAcceptance] = {}
@@ -376,9 +378,8 @@ class AutoPolicy:
         # and how many tokens it had when it began.
         self.won = 0.0
         self._began: int | None = None
-        # Positions past a run's first that this request's n-gram drafts were judged at, and those
-        # right (decayed counts: see CONTINUE_PRIOR).
-        self._went_on = self._continued = 0.0
+        # How often this request's n-gram drafts went on past their first token (see CONTINUE_PRIOR).
+        self._continuing = DecayedRate(CONTINUE_PRIOR, CONTINUE_WEIGHT, CONTINUE_DECAY)
 
     # --- the Policy protocol --------------------------------------------------------------------
 
@@ -545,16 +546,14 @@ class AutoPolicy:
         """Count a judged n-gram draft's positions past its first (from `first`) into the request's
         rate of runs going on, up to its first wrong token."""
         for i in range(max(first, 1), judged):
-            right = i < accepted
-            self._continued = self._continued * CONTINUE_DECAY + right
-            self._went_on = self._went_on * CONTINUE_DECAY + 1.0
-            if not right:
+            self._continuing.observe(i < accepted)
+            if i >= accepted:
                 return
 
     def _within_evidence(self, key: str, accept: list[float]) -> list[float]:
         """`accept` with the positions past the key's own evidence no higher than this request's rate
         of runs going on (see CONTINUE_PRIOR)."""
-        rate = (self._continued + CONTINUE_WEIGHT * CONTINUE_PRIOR) / (self._went_on + CONTINUE_WEIGHT)
+        rate = self._continuing.rate
         depth = max(self._estimator(key).depth, 1)
         return accept[:depth] + [min(p, rate) for p in accept[depth:]]
 
@@ -583,7 +582,7 @@ class AutoPolicy:
             else:
                 # No caution for a model draft: it learns only while it runs, and a cautious
                 # estimate would stop it after one bad step. Its cost keeps it off where it loses.
-                prior = self.costs.draft_record.prior
+                prior = min(DRAFT_PRIOR, self.costs.draft_record.rate)  # only ever lowered
                 estimator = PositionalAcceptance(prior, strength=DRAFT_PRIOR_WEIGHT, caution=0.0)
             self.acceptance[key] = estimator
         return estimator
