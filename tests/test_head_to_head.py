@@ -64,14 +64,22 @@ def test_llama_servers_end_token_is_not_counted_as_a_streamed_token() -> None:
 def test_localspec_s_steps_and_drafts_are_kept_beside_its_speed() -> None:
     # Its finish chunk's stats say how the reply was decoded (a run that drafted little and one
     # whose drafts cost more read alike by speed alone); llama-server's have none.
-    stats = {"steps": 2, "drafted": 2, "accepted": 1, "tokens": 3}
+    stats: dict[str, float] = {"steps": 2, "drafted": 2, "accepted": 1, "tokens": 3}
     ours = h2h.Contestant("localspec-auto", streamed("stop", 3, stats), {}).ask({})
     assert (ours.steps, ours.drafted, ours.accepted) == (2, 2, 1)
     theirs = h2h.Contestant("server-plain", streamed("stop", 4), {}, counts_end=True).ask({})
     assert (theirs.steps, theirs.drafted, theirs.accepted) == (None, None, None)
+    # Where its time went: llama.cpp's seconds after the first token (the prompt's read is in its
+    # target time, and before its own first token), and Python's.
+    stats |= {"target_s": 5.0, "draft_s": 0.5, "python_s": 0.25, "ttft_s": 2.0}
+    ours = h2h.Contestant("localspec-auto", streamed("stop", 3, stats), {}).ask({})
+    assert (ours.llama_s, ours.python_s) == (3.5, 0.25)
+    assert "llama.cpp 1750 ms a step, Python 0.25 s" in h2h._steps(ours)
+    assert (theirs.llama_s, theirs.python_s) == (None, None)
     # Runs written before these were kept still load.
     older: dict[str, Any] = json.loads('{"text": "x", "tokens": 3, "ttft_s": 1.0, "decode_tps": 9.0}')
     assert h2h.Timed(**older).steps is None
+    assert h2h.Timed(**older).llama_s is None
 
 
 def test_paired_ratio_is_the_median_of_round_by_round_ratios() -> None:
