@@ -68,12 +68,13 @@ class Timed:
     steps: int | None = None
     drafted: int | None = None
     accepted: int | None = None
-    # ...and where its time went, in seconds: in llama.cpp after the first token (the target's
-    # verifies and the draft model's decodes), and in localspec's own Python (the whole request's,
-    # the prompt-side lookups included). A slow reading of one
+    # ...and where its time went, in seconds: in llama.cpp, the target's decodes after the first
+    # token and the draft model's (the prompt fed to it included), and in localspec's own Python
+    # (the whole request's, the prompt-side lookups included). A slow reading of one
     # round (session 34's bisect at 0.54x of none) then tells a slow machine, whose llama.cpp time
     # per step is up, from a policy that took more or dearer steps.
     llama_s: float | None = None
+    draft_s: float | None = None
     python_s: float | None = None
 
 
@@ -128,8 +129,9 @@ class Contestant:
         )
 
 
-def _time_split(stats: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(llama.cpp seconds, Python seconds) after the first token, from localspec's finish stats.
+def _time_split(stats: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """(the target's llama.cpp seconds after the first token, the draft model's, Python's), from
+    localspec's finish stats.
 
     Its target time includes reading the prompt, all of it before the first token: taking its
     own time to first token off leaves the decode phase's (the first token's pick, under a
@@ -138,8 +140,8 @@ def _time_split(stats: Mapping[str, Any]) -> tuple[float | None, float | None]:
         target, draft, python = float(stats["target_s"]), float(stats["draft_s"]), float(stats["python_s"])
         first = float(stats["ttft_s"])
     except (KeyError, TypeError, ValueError):
-        return None, None
-    return round(max(0.0, target + draft - first), 4), round(python, 4)
+        return None, None, None
+    return round(max(0.0, target - first), 4), round(draft, 4), round(python, 4)
 
 
 def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
@@ -251,7 +253,8 @@ def _steps(sample: Timed) -> str:
     line = f"  steps {sample.steps}, {sample.accepted}/{sample.drafted} drafted right"
     if sample.llama_s is not None and sample.steps:
         per_step = sample.llama_s * 1e3 / sample.steps
-        line += f", llama.cpp {per_step:.0f} ms a step, Python {sample.python_s:.2f} s"
+        line += f", target {per_step:.0f} ms a step, draft model {sample.draft_s:.2f} s"
+        line += f", Python {sample.python_s:.2f} s"
     return line
 
 

@@ -69,13 +69,13 @@ def test_localspec_s_steps_and_drafts_are_kept_beside_its_speed() -> None:
     assert (ours.steps, ours.drafted, ours.accepted) == (2, 2, 1)
     theirs = h2h.Contestant("server-plain", streamed("stop", 4), {}, counts_end=True).ask({})
     assert (theirs.steps, theirs.drafted, theirs.accepted) == (None, None, None)
-    # Where its time went: llama.cpp's seconds after the first token (the prompt's read is in its
-    # target time, and before its own first token), and Python's.
+    # Where its time went: the target's seconds after the first token (the prompt's read is in its
+    # target time, and before its own first token), the draft model's, and Python's.
     stats |= {"target_s": 5.0, "draft_s": 0.5, "python_s": 0.25, "ttft_s": 2.0}
     ours = h2h.Contestant("localspec-auto", streamed("stop", 3, stats), {}).ask({})
-    assert (ours.llama_s, ours.python_s) == (3.5, 0.25)
-    assert "llama.cpp 1750 ms a step, Python 0.25 s" in h2h._steps(ours)
-    assert (theirs.llama_s, theirs.python_s) == (None, None)
+    assert (ours.llama_s, ours.draft_s, ours.python_s) == (3.0, 0.5, 0.25)
+    assert "target 1500 ms a step, draft model 0.50 s, Python 0.25 s" in h2h._steps(ours)
+    assert (theirs.llama_s, theirs.draft_s, theirs.python_s) == (None, None, None)
     # Runs written before these were kept still load.
     older: dict[str, Any] = json.loads('{"text": "x", "tokens": 3, "ttft_s": 1.0, "decode_tps": 9.0}')
     assert h2h.Timed(**older).steps is None

@@ -35,7 +35,11 @@ from localspec.errors import StorageError, storage_error
 
 # Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in
 # blocks of 4 rows, so on this machine V(4) < V(3), V(8) < V(7) and V(16) < V(15) (measured).
-# Past 16 only the widths auto may use (costmodel.LONG_WIDTHS).
+# And on x86 the K-quant tensors that are not repacked (Q6_K: a third of a Q4_K_M file's bytes,
+# its output matrix among them) take llama.cpp's tiled kernel from 8 rows on (ggml-cpu/tiled,
+# GGML_CPU_TILED_MM): on 2 AVX2 cores V(8) = 6.2 V(1) against 3.8 for V(7), and 4.5 with that
+# kernel off (docs/benchmarks.md, session 35); it pays for prompts, so it stays on, and auto
+# learns the dear widths from this curve. Past 16 only the widths auto may use (costmodel.LONG_WIDTHS).
 SIZES = (*range(1, K_MAX + 2), *LONG_WIDTHS)
 # A draft is charged per token and for short catch-ups: a few sizes, interpolated, are enough.
 DRAFT_SIZES = (1, 2, 4, 8, 16)
