@@ -38,8 +38,9 @@ from localspec.errors import StorageError, storage_error
 # And on x86 the K-quant tensors that are not repacked (Q6_K: a third of a Q4_K_M file's bytes,
 # its output matrix among them) take llama.cpp's tiled kernel from 8 rows on (ggml-cpu/tiled,
 # GGML_CPU_TILED_MM): on 2 AVX2 cores V(8) = 6.2 V(1) against 3.8 for V(7), and 4.5 with that
-# kernel off (docs/benchmarks.md, session 35); it pays for prompts, so it stays on, and auto
-# learns the dear widths from this curve. Past 16 only the widths auto may use (costmodel.LONG_WIDTHS).
+# kernel off (docs/benchmarks.md, session 35). It stays on: it is what reads prompts fast there
+# (the plain copy 44-50 tok/s with it, 25-30 without), and auto learns the dear widths from this
+# curve. Past 16 only the widths auto may use (costmodel.LONG_WIDTHS).
 SIZES = (*range(1, K_MAX + 2), *LONG_WIDTHS)
 # A draft is charged per token and for short catch-ups: a few sizes, interpolated, are enough.
 DRAFT_SIZES = (1, 2, 4, 8, 16)
