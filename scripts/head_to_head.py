@@ -68,11 +68,12 @@ class Timed:
     steps: int | None = None
     drafted: int | None = None
     accepted: int | None = None
-    # ...and where its time went, in seconds: in llama.cpp, the target's decodes after the first
-    # token and the draft model's (the prompt fed to it included), and in localspec's own Python
-    # (the whole request's, the prompt-side lookups included). A slow reading of one
-    # round (session 34's bisect at 0.54x of none) then tells a slow machine, whose llama.cpp time
-    # per step is up, from a policy that took more or dearer steps.
+    # ...and where its time went, in seconds: `llama_s` the target's llama.cpp decodes after the
+    # first token (runs written by 1ac7429 held the draft model's there too), `draft_s` the draft
+    # model's (the prompt fed to it included), `python_s` localspec's own Python (the whole
+    # request's, the prompt-side lookups included). A slow reading of one round (session 34's
+    # bisect at 0.54x of none) then tells a slow machine, whose llama.cpp time per step is up, from
+    # a policy that took more or dearer steps.
     llama_s: float | None = None
     draft_s: float | None = None
     python_s: float | None = None
