@@ -13,8 +13,9 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from localspec.errors import DownloadError, UserInputError
 from localspec.paths import Paths
@@ -26,6 +27,9 @@ _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 # Told of a download's progress: (file name, bytes so far, total bytes or None when unknown).
 ProgressFn = Callable[[str, int, int | None], None]
+# Tries of one hub call whose shared HTTP client another thread closed under it (_on_a_live_client).
+CLOSED_CLIENT_TRIES = 3
+T = TypeVar("T")
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -95,7 +99,8 @@ def pull(
     endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
     if filename is None:
         with _hub_errors(repo, None, endpoint):
-            files = HfApi(endpoint=endpoint).list_repo_files(repo, revision=revision)
+            api = HfApi(endpoint=endpoint)
+            files = _on_a_live_client(lambda: api.list_repo_files(repo, revision=revision))
         filename = choose_gguf(files, repo, quant)
     try:
         dest.mkdir(parents=True, exist_ok=True)
@@ -105,10 +110,40 @@ def pull(
     if on_progress is not None:
         kwargs["tqdm_class"] = _reporting_bar(filename, on_progress)
     with _hub_errors(repo, filename, endpoint):
-        local = hf_hub_download(
-            repo_id=repo, filename=filename, revision=revision, local_dir=dest, endpoint=endpoint, **kwargs
+        download = partial(
+            hf_hub_download, repo, filename, revision=revision, local_dir=dest, endpoint=endpoint, **kwargs
         )
+        local = _on_a_live_client(download)
     return Path(str(local))
+
+
+def _on_a_live_client(call: Callable[[], T]) -> T:
+    """`call`, tried again (up to CLOSED_CLIENT_TRIES in all) when the hub's shared HTTP client was
+    closed under it.
+
+    huggingface_hub sends every request of a process through one shared client and closes it when
+    any request fails to connect; a request another thread had just taken it for then fails with
+    "Cannot send a request, as the client has been closed." (a RuntimeError, which its own retries
+    do not cover). Two pulls at once in the daemon while the network is down met it: one answered
+    "internal error" instead of "unreachable". The library makes a new client on the next call, and
+    a download resumes from its partial file. A client left installed closed is reset first; a live
+    one is not touched, as other threads may be using it.
+    """
+    from huggingface_hub import close_session, get_session
+
+    for attempt in range(1, CLOSED_CLIENT_TRIES + 1):
+        try:
+            return call()
+        except RuntimeError as exc:
+            if not _client_closed(exc) or attempt == CLOSED_CLIENT_TRIES:
+                raise
+            if get_session().is_closed:
+                close_session()
+    raise AssertionError("unreachable")
+
+
+def _client_closed(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and "client has been closed" in str(exc)
 
 
 def _quiet_bar() -> type[Any]:
@@ -192,6 +227,8 @@ def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) ->
         return f"cannot download {what}: HTTP {status} from {endpoint}; retry later"
     if isinstance(exc, OSError) or _is_network_error(exc):
         return f"cannot download {what}: {_first_line(exc)}; check the network and retry"
+    if _client_closed(exc):
+        return f"cannot download {what}: {endpoint} kept dropping the connection; check the network and retry"
     return None
 
 
