@@ -270,12 +270,10 @@ def test_cli_pull_of_a_hostile_gguf_is_one_line(hub: FakeHub, tmp_path: Path) ->
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
-def test_a_shared_client_closed_under_a_pull_is_replaced(
-    hub: FakeHub, tmp_path: Path, tiny_target: Path
-) -> None:
-    # huggingface_hub shares one HTTP client per process and closes it when any request fails to
-    # connect; a pull that had just taken it (a second pull in the daemon) then failed with a
-    # RuntimeError, an "internal error" to the client. Here the first client it makes is closed.
+@contextmanager
+def hub_clients(closed_first: int) -> Iterator[list[Any]]:
+    """huggingface_hub's shared HTTP clients made while the block runs (yielded as made), the first
+    `closed_first` of them closed before use, as another thread's failed connection leaves one."""
     import huggingface_hub
     from huggingface_hub.utils._http import default_client_factory
 
@@ -283,28 +281,32 @@ def test_a_shared_client_closed_under_a_pull_is_replaced(
 
     def factory() -> Any:
         client = default_client_factory()
-        if not made:
+        if len(made) < closed_first:
             client.close()
         made.append(client)
         return client
 
     huggingface_hub.set_client_factory(factory)
     try:
-        path = pull(REPO, None, tmp_path, progress=False)
+        yield made
     finally:
         huggingface_hub.set_client_factory(default_client_factory)
+
+
+def test_a_shared_client_closed_under_a_pull_is_replaced(
+    hub: FakeHub, tmp_path: Path, tiny_target: Path
+) -> None:
+    # huggingface_hub shares one HTTP client per process and closes it when any request fails to
+    # connect; a pull that had just taken it (a second pull in the daemon) then failed with a
+    # RuntimeError, an "internal error" to the client. Here the first client it makes is closed.
+    with hub_clients(closed_first=1) as made:
+        path = pull(REPO, None, tmp_path, progress=False)
     assert path.read_bytes() == tiny_target.read_bytes()
     assert len(made) == 2 and made[0].is_closed
 
     # Closed on every try, it is one line, not a traceback.
-    def closed() -> Any:
-        client = default_client_factory()
-        client.close()
-        return client
-
-    huggingface_hub.set_client_factory(closed)
-    try:
-        with pytest.raises(DownloadError, match="kept dropping the connection; check the network"):
-            pull(REPO, "tiny-Q8_0.gguf", tmp_path / "again", progress=False)
-    finally:
-        huggingface_hub.set_client_factory(default_client_factory)
+    with (
+        hub_clients(closed_first=1_000),
+        pytest.raises(DownloadError, match="kept dropping the connection; check the network"),
+    ):
+        pull(REPO, "tiny-Q8_0.gguf", tmp_path / "again", progress=False)
