@@ -317,10 +317,11 @@ async def test_daemon_gone_mid_stream_is_a_notice_and_ctrl_r_recovers(
             await wait_until(pilot, lambda: app.last_live is not None and app.last_live.tokens >= 5)
             own.proc.kill()
             own.proc.wait()
+            # The reply is marked at the end of its ending; the stats bar must say so from its start.
             await wait_until(pilot, lambda: not app.generating)
             assert app.health is None
             assert "ctrl+r" in app.query_one(StatsBar).speed_text
-            assert replies(app)[-1].border_subtitle == "failed"
+            await wait_until(pilot, lambda: replies(app)[-1].border_subtitle == "failed")
             # ctrl+r: no daemon answers on that socket, so the chat starts its own and asks again.
             await pilot.press("ctrl+r")
             await wait_until(pilot, lambda: app.connection.started_here and app.health is not None, 60)

@@ -246,11 +246,11 @@ class ChatApp(App[None]):
         error = message.error
         if isinstance(error, DaemonError):
             # Before the reply ends: ending it awaits, and no one may see a reply over while the
-            # daemon that failed it still looks ready.
+            # daemon that failed it still looks ready, or its last speed still on the stats bar.
             self.health = None
+            self.stats_bar.show_status(f"daemon lost: {RECOVER_HINT}")
         await self._end_reply("failed")
         if isinstance(error, DaemonError):
-            self.stats_bar.show_status(f"daemon lost: {RECOVER_HINT}")
             text = f"{printable(error.message)}\n{RECOVER_HINT}"
             self.notify(text, title="daemon", severity="error", timeout=30, markup=False)
         else:
