@@ -39,7 +39,9 @@ def chat(engine: Engine, text: str, method: Method, max_tokens: int, k: int = 4)
 @pytest.fixture(scope="module")
 def qwen(qwen_target: Path, qwen_draft: Path) -> Iterator[Engine]:
     exact = LoadOptions(n_ctx=2048, batch_invariant=True)  # --exact: bit-identity is what is asserted
-    with Engine(EngineConfig(qwen_target, qwen_draft, load=exact, ngram_memory_tokens=0)) as engine:
+    # Every request names its method: "none" as the default spares auto's calibration at load.
+    config = EngineConfig(qwen_target, qwen_draft, load=exact, method="none", ngram_memory_tokens=0)
+    with Engine(config) as engine:
         engine.wait_ready()
         assert engine.info.draft_error is None
         yield engine
@@ -76,7 +78,7 @@ def test_ngram_copies_code_on_a_rename(qwen: Engine) -> None:
 def test_small_real_models_generate_identically(request: pytest.FixtureRequest, fixture: str) -> None:
     path: Path = request.getfixturevalue(fixture)
     load = LoadOptions(n_ctx=1024, batch_invariant=True)
-    with Engine(EngineConfig(path, load=load, ngram_memory_tokens=0)) as engine:
+    with Engine(EngineConfig(path, load=load, method="none", ngram_memory_tokens=0)) as engine:
         engine.wait_ready()
         prompt = "Repeat this list twice: apple, banana, cherry, dates, elderberry."
         base = chat(engine, prompt, "none", 32)
