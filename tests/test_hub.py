@@ -187,7 +187,8 @@ def test_not_a_hub(hub: FakeHub, tmp_path: Path) -> None:
         pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
 
 
-@pytest.mark.slow  # the hub client retries a refused connection with backoff for ~20 s
+# ~23 s, all of it the hub client's backoff between retries of a refused connection: waiting, so it
+# runs with the tiny-model tests in parallel, not among the slow (real-model) ones.
 def test_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # A port that was free a moment ago: connections are refused at once.
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
