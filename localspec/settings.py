@@ -69,6 +69,13 @@ class Settings(BaseSettings):
     embed_model: Path | None = Field(
         None, description="An embedding GGUF for the embeddings routes (serve; loaded on first use)."
     )
+    stream_interval_ms: int = Field(
+        40,
+        ge=0,
+        le=1000,
+        description="Milliseconds a streamed reply's chunks may gather before they go out together (the "
+        "first goes at once); 0 sends each as it is made. Fewer wake-ups leave a CPU-bound engine more time.",
+    )
     header_timeout: float = Field(10.0, gt=0, description="Seconds a client may take to send a request head.")
     body_timeout: float = Field(30.0, gt=0, description="Seconds a client may take to send a request body.")
     max_connections: int | None = Field(

@@ -13,6 +13,7 @@ from typing import TypedDict
 import pytest
 import tinymodels
 
+from localspec.errors import ConfigError
 from localspec.models.catalog import load_catalog
 from localspec.pickdraft.devices import GIB
 from localspec.resolve import engine_config, serve_config
@@ -139,6 +140,15 @@ def test_the_ngram_memory_is_a_setting(
     monkeypatch.setenv("LOCALSPEC_NGRAM_MEMORY", "0")  # what benchmarks that repeat a prompt set
     assert engine_config(load_settings(**given)).ngram_memory_tokens == 0
     assert serve_config(load_settings(**given))[0].ngram_memory_tokens == 0
+
+
+def test_the_stream_interval_is_a_setting(tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert daemon_config(load_settings(target=tiny_target), max_body_bytes=1 << 20).stream_interval_s == 0.04
+    monkeypatch.setenv("LOCALSPEC_STREAM_INTERVAL_MS", "0")  # each chunk as it is made
+    assert daemon_config(load_settings(target=tiny_target), max_body_bytes=1 << 20).stream_interval_s == 0
+    monkeypatch.setenv("LOCALSPEC_STREAM_INTERVAL_MS", "-5")
+    with pytest.raises(ConfigError, match="stream_interval_ms"):
+        load_settings(target=tiny_target)
 
 
 def test_the_plain_prefill_is_measured_unless_set(tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,8 @@ import logging
 import queue
 import tempfile
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,18 +78,63 @@ class Handle:
         self.stream = stream
         self.cancelled = threading.Event()
         self.result: GenerationResult | None = None
-        self._events: queue.Queue[Event] = queue.Queue()
+        self._events: deque[Event] = deque()
+        self._ready = threading.Condition(threading.Lock())
+        # Set while a reader waits with nothing to read. Only then does a chunk wake it; a reader
+        # gathering chunks (`gather`) is woken by the end alone (see `gather`).
+        self._hungry = False
 
     def cancel(self) -> None:
         """Stop this request; takes effect within one decoding step."""
         self.cancelled.set()
 
     def put(self, event: Event) -> None:
-        self._events.put(event)
+        with self._ready:
+            self._events.append(event)
+            if self._hungry or not isinstance(event, TokenChunk):
+                self._ready.notify()
 
     def next_event(self, timeout: float | None = None) -> Event:
-        """The next chunk, the result, or the error (returned, not raised). Blocks."""
-        return self._events.get(timeout=timeout)
+        """The next chunk, the result, or the error (returned, not raised). Blocks.
+
+        Raises queue.Empty when `timeout` passes first.
+        """
+        with self._ready:
+            self._wait_for_any(timeout)
+            return self._events.popleft()
+
+    def take(self) -> list[Event]:
+        """Every event delivered so far, at least one (blocks for it), in order."""
+        with self._ready:
+            self._wait_for_any(None)
+            events = list(self._events)
+            self._events.clear()
+            return events
+
+    def gather(self, seconds: float) -> None:
+        """Let chunks gather for up to `seconds` unwoken; the end (result or error) cuts it short.
+
+        A streaming reader that takes every chunk as it comes wakes once a token: on a machine
+        whose cores all run llama.cpp, each wake-up and the GIL it hands around costs the
+        engine's thread time (docs/benchmarks.md, session 39).
+        """
+        deadline = time.monotonic() + seconds
+        with self._ready:
+            while not self._ended() and (left := deadline - time.monotonic()) > 0:
+                self._ready.wait(left)
+
+    def _ended(self) -> bool:
+        return bool(self._events) and not isinstance(self._events[-1], TokenChunk)
+
+    def _wait_for_any(self, timeout: float | None) -> None:
+        if self._events:
+            return
+        self._hungry = True
+        try:
+            if not self._ready.wait_for(lambda: self._events, timeout):
+                raise queue.Empty
+        finally:
+            self._hungry = False
 
     def __iter__(self) -> Iterator[TokenChunk]:
         while True:

@@ -35,7 +35,7 @@ from localspec.paths import Paths
 from localspec.process.pidfile import PidLock, pid_file_for
 from localspec.resolve import model_serve_config, target_path
 from localspec.server.app import make_app
-from localspec.server.config import ApiConfig
+from localspec.server.config import STREAM_INTERVAL_S, ApiConfig
 from localspec.server.connections import KERNEL_BACKLOG, ConnectionPolicy, guarded_protocol
 from localspec.server.pool import Resident
 from localspec.server.security import DEFAULT_MAX_BODY_BYTES
@@ -64,6 +64,7 @@ class DaemonConfig:
     embed_model: Path | None = None
     connections: ConnectionPolicy = field(default_factory=ConnectionPolicy)
     serve: ServeOptions = field(default_factory=ServeOptions)
+    stream_interval_s: float = STREAM_INTERVAL_S
 
     @property
     def pid_file(self) -> Path:
@@ -119,6 +120,7 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
             settings.header_timeout, settings.body_timeout, max_per_listener=settings.max_connections
         ),
         serve=serve,
+        stream_interval_s=settings.stream_interval_ms / 1000,
     )
 
 
@@ -267,6 +269,7 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
         embed_model=config.embed_model,
         n_threads=config.engine.load.n_threads,
         n_ctx=config.engine.load.n_ctx,
+        stream_interval_s=config.stream_interval_s,
     )
     served = build(config.engine, config.pick, config.serve, _make_engine, api.alias)
     engine = served.default.engine

@@ -1,11 +1,13 @@
 """Between the blocking engine and the async routes: the state every route shares, and runs.
 
 Each loaded model's engine (server.pool) has a worker thread that delivers each
-request's events to its Handle, whose `next_event()` blocks. One small pump thread
-per request moves those events onto the event loop with `call_soon_threadsafe` (tens of microseconds a token),
-so the loop never waits on the engine. A run also watches its connection: when
-the client goes away, the handle is cancelled and the engine stops that
-generation within one step.
+request's events to its Handle, whose `take()` blocks. One small pump thread per
+request moves those events onto the event loop with `call_soon_threadsafe`, so the
+loop never waits on the engine. After each batch it lets the chunks that follow
+gather for the configured interval (Handle.gather): the first chunk goes out at
+once, the rest every 40 ms by default rather than once a token. A run also watches
+its connection: when the client goes away, the handle is cancelled and the engine
+stops that generation within one step.
 """
 
 from __future__ import annotations
@@ -263,21 +265,24 @@ class Run:
 
     def _pump(self) -> None:
         while True:
-            event = self.handle.next_event()
+            events = self.handle.take()
             try:
-                self._loop.call_soon_threadsafe(self._deliver, event)
+                self._loop.call_soon_threadsafe(self._deliver, events)
             except RuntimeError:  # the loop is closed: the daemon is exiting
                 return
-            if not isinstance(event, TokenChunk):
+            if not isinstance(events[-1], TokenChunk):
                 return
+            if self.state.config.stream_interval_s:
+                self.handle.gather(self.state.config.stream_interval_s)
 
-    def _deliver(self, event: Event) -> None:
-        # Counted here, not where the route reads it: a run whose client left is read by nobody.
-        if isinstance(event, GenerationResult):
-            self.state.metrics.finished(event.finish_reason, event.stats)
-        elif isinstance(event, LocalspecError):
-            self.state.metrics.failed()
-        self._events.put_nowait(event)
+    def _deliver(self, events: list[Event]) -> None:
+        for event in events:
+            # Counted here, not where the route reads it: a run whose client left is read by nobody.
+            if isinstance(event, GenerationResult):
+                self.state.metrics.finished(event.finish_reason, event.stats)
+            elif isinstance(event, LocalspecError):
+                self.state.metrics.failed()
+            self._events.put_nowait(event)
 
     async def _cancel_on_disconnect(self, request: Request) -> None:
         # The body has been read, so the next message uvicorn delivers is the disconnect.
