@@ -24,6 +24,12 @@ from localspec.errors import ConfigError, LocalspecError
 from localspec.paths import Paths
 from localspec.types import Method
 
+# How long a streamed reply's chunks may gather before they go out together (Handle.gather): at
+# 40 ms a CPU-bound 1.5B at ~40 tok/s sends about every other token, its Python time per step
+# falls 0.06 ms and its decode gains ~1% on 2 cores (docs/benchmarks.md, session 39), and text
+# still arrives 25 times a second.
+STREAM_INTERVAL_MS = 40
+
 
 class Settings(BaseSettings):
     """Everything a person may set; each field is also `LOCALSPEC_<NAME>` and a key in config.toml."""
@@ -70,7 +76,7 @@ class Settings(BaseSettings):
         None, description="An embedding GGUF for the embeddings routes (serve; loaded on first use)."
     )
     stream_interval_ms: int = Field(
-        40,
+        STREAM_INTERVAL_MS,
         ge=0,
         le=1000,
         description="Milliseconds a streamed reply's chunks may gather before they go out together (the "

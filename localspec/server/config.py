@@ -6,14 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.server.security import DEFAULT_MAX_BODY_BYTES
+from localspec.settings import STREAM_INTERVAL_MS
 
 RETRY_AFTER_S = 2
 
-# How long a streamed reply's chunks may gather before they go out together (Handle.gather): at
-# 40 ms a CPU-bound 1.5B at ~40 tok/s sends about every other token, its Python time per step
-# falls 0.06 ms and its decode gains ~1% on 2 cores (docs/benchmarks.md, session 39), and text
-# still arrives 25 times a second.
-STREAM_INTERVAL_S = 0.04
+STREAM_INTERVAL_S = STREAM_INTERVAL_MS / 1000  # the setting's default, for APIs built without settings
 
 
 MODEL_ALIAS = "localspec"
