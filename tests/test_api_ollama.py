@@ -261,8 +261,8 @@ def _pull_error(daemon: Daemon, name: str) -> ollama.ResponseError:
 
 
 def test_pull_reports_an_unreachable_hub_in_ollama_shape(daemon: Daemon, uds_ollama: ollama.Client) -> None:
-    # huggingface_hub retries a refused connection with backoff (~23 s): both pulls at once, which
-    # the daemon serves side by side.
+    # Both pulls at once, which the daemon serves side by side; a refused connection is told by one
+    # try (hub.unreachable), not after the hub client's five retries.
     with ThreadPoolExecutor(1) as pool:
         whole = pool.submit(_pull_error, daemon, "acme/Tiny-GGUF:tiny.gguf")
         events = []

@@ -27,7 +27,7 @@ from localspec.cli import cli
 from localspec.cli.models import format_bytes, format_params
 from localspec.errors import DownloadError, UserInputError
 from localspec.models.gguf_info import read_gguf_info
-from localspec.models.hub import choose_gguf, parse_spec, pull
+from localspec.models.hub import choose_gguf, parse_spec, pull, unreachable
 
 COMMIT = "a" * 40
 REPO = "acme/Tiny-GGUF"
@@ -187,17 +187,80 @@ def test_not_a_hub(hub: FakeHub, tmp_path: Path) -> None:
         pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
 
 
-# ~23 s, all of it the hub client's backoff between retries of a refused connection: waiting, so it
-# runs with the tiny-model tests in parallel, not among the slow (real-model) ones.
-def test_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # A port that was free a moment ago: connections are refused at once.
+def _closed_port() -> int:
+    """A port that was free a moment ago: connections to it are refused at once."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     port = server.server_address[1]
     server.server_close()
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    return int(port)
+
+
+def test_unreachable_endpoint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    with pytest.raises(DownloadError, match=r"unreachable|check the network"):
+    message = (
+        rf"cannot download {REPO}:tiny-Q4_K_M.gguf: {endpoint} is unreachable \(.*Connection refused\); check"
+    )
+    with pytest.raises(DownloadError, match=message):
         pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
+    # Told by one refused connection: the hub's five retries with backoff (23 s) never began.
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
+
+
+def test_an_endpoint_whose_name_does_not_resolve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.localspec-test.invalid")  # .invalid never resolves
+    with pytest.raises(
+        DownloadError,
+        match=r"cannot download acme/Tiny-GGUF: https://hub\.localspec-test\.invalid is unreachable",
+    ):
+        pull(REPO, None, tmp_path, progress=False)
+
+
+def test_a_file_pulled_before_is_used_while_the_hub_is_unreachable(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False)
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    asked = len(hub.requests)
+    assert pull(REPO, "tiny-Q4_K_M.gguf", tmp_path, progress=False) == first
+    assert len(hub.requests) == asked
+    assert f"{endpoint} is unreachable" in caplog.text
+    # A file never pulled is still an error, and so is choosing one (that needs the listing).
+    with pytest.raises(DownloadError, match="is unreachable"):
+        pull(REPO, "tiny-Q8_0.gguf", tmp_path, progress=False)
+    with pytest.raises(DownloadError, match="is unreachable"):
+        pull(REPO, None, tmp_path, progress=False)
+
+
+def test_reachability_is_left_to_the_hub_behind_a_proxy_or_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    assert "Connection refused" in (unreachable(endpoint) or "")
+    # The hub's client connects to the proxy, not to the endpoint: only the proxy can tell.
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.localspec-test.invalid:3128")
+    assert unreachable(endpoint) is None
+    assert unreachable(endpoint.replace("http:", "https:")) is not None  # that proxy is for http only
+    monkeypatch.delenv("HTTP_PROXY")
+    monkeypatch.setenv("ALL_PROXY", "socks5://proxy.localspec-test.invalid:1080")
+    assert unreachable(endpoint) is None
+    monkeypatch.delenv("ALL_PROXY")
+    # Offline, the hub answers from its cache without connecting, with its own error.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert unreachable(endpoint) is None
+    assert unreachable("not a url") is None
 
 
 def test_cli_pull(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

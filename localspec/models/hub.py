@@ -9,8 +9,12 @@ a mirror (or a test server) set after import still takes effect.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import socket
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -29,7 +33,10 @@ _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 ProgressFn = Callable[[str, int, int | None], None]
 # Tries of one hub call whose shared HTTP client another thread closed under it (_on_a_live_client).
 CLOSED_CLIENT_TRIES = 3
+# How long the check before a pull waits for the endpoint to accept a connection.
+REACH_TIMEOUT_S = 10.0
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -97,6 +104,18 @@ def pull(
 
     dest = dest_dir or Paths.from_env().models_dir
     endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    why = unreachable(endpoint)
+    if why is not None:
+        if filename is not None and (dest / filename).is_file():
+            # As the hub does offline: the file is only ever moved into place once complete.
+            log.warning(
+                "%s is unreachable (%s): using %s as downloaded before", endpoint, why, dest / filename
+            )
+            return dest / filename
+        what = f"{repo}:{filename}" if filename else repo
+        raise DownloadError(
+            f"cannot download {what}: {endpoint} is unreachable ({why}); check the network and retry"
+        )
     if filename is None:
         with _hub_errors(repo, None, endpoint):
             api = HfApi(endpoint=endpoint)
@@ -115,6 +134,41 @@ def pull(
         )
         local = _on_a_live_client(download)
     return Path(str(local))
+
+
+def unreachable(endpoint: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """Why `endpoint` cannot be connected to now, in a few words; None where a connection opens, or
+    where it cannot be told here (a proxy between, offline mode, an endpoint that is not a URL).
+
+    huggingface_hub retries a failed connection five times with backoff, whatever the failure: a
+    host that does not resolve or a refused port took 23 s, five "Retrying in Ns" warnings, then
+    the error. A name that does not resolve or a port that refuses will not answer a second later;
+    one connection, opened and closed, tells at once. The hub's retries still cover what goes
+    wrong after it (a connection dropped mid-download resumes).
+    """
+    parts = urllib.parse.urlsplit(endpoint)
+    host = parts.hostname
+    if not host or parts.scheme not in ("http", "https") or _offline():
+        return None
+    # With a proxy set for the scheme (the hub's client, httpx, reads them from the environment as
+    # here), it connects to the proxy, which alone can tell. NO_PROXY is not read: no check then.
+    proxies = urllib.request.getproxies_environment()
+    if parts.scheme in proxies or "all" in proxies:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except (OSError, ValueError) as exc:  # ValueError: a port out of range
+        return str(exc) or type(exc).__name__
+
+
+def _offline() -> bool:
+    """huggingface_hub's offline mode, set: it answers from its cache without connecting."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def _on_a_live_client(call: Callable[[], T]) -> T:
