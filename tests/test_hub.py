@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 import hostilegguf
 import pytest
 from click.testing import CliRunner
+from faults import full_folder, limit_fsize, read_only_folder
 
 from localspec.cli import cli
 from localspec.cli.models import format_bytes, format_params
@@ -261,6 +264,45 @@ def test_reachability_is_left_to_the_hub_behind_a_proxy_or_offline(monkeypatch: 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert unreachable(endpoint) is None
     assert unreachable("not a url") is None
+
+
+def _cli_pull(
+    hub: FakeHub, spec: str, dest: Path, *, limited: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`localspec pull SPEC --dest DEST` in its own process, as a person runs it (Python's warning
+    filters as in use, not pytest's); `limited`: under the file-size limit of a "rlimit" full folder."""
+    argv = [sys.executable, "-c", "from localspec.cli import main; main()", "pull", spec, "--dest", str(dest)]
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(dest.parent / "hf-home")}
+    preexec = limit_fsize if limited else None
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=120, check=False, preexec_fn=preexec
+    )
+
+
+@pytest.mark.parametrize("how", ["tmpfs", "rlimit"])
+def test_cli_pull_onto_a_full_disk_is_one_line(hub: FakeHub, tmp_path: Path, how: str) -> None:
+    # Past the rlimit folder's file-size limit (FSIZE_BYTES, 128 KiB).
+    hub.repos[REPO]["big-Q4_K_M.gguf"] = b"GGUF" + bytes(1 << 20)
+    with full_folder(tmp_path, how) as full:
+        done = _cli_pull(hub, f"{REPO}:big-Q4_K_M.gguf", full.path, limited=full.how == "rlimit")
+    assert done.returncode == 2, done.stderr
+    # Not the network's fault, and without the hub's own warning about free space (four lines).
+    assert done.stderr.startswith(
+        f"error: cannot download {REPO}:big-Q4_K_M.gguf: cannot write to {full.path}: "
+    ), done.stderr
+    assert done.stderr.count("\n") == 1 and "free some space" in done.stderr, done.stderr
+    assert not (full.path / "big-Q4_K_M.gguf").exists()
+
+
+def test_cli_pull_into_a_read_only_folder_is_one_line(hub: FakeHub, tmp_path: Path) -> None:
+    with read_only_folder(tmp_path) as folder:
+        done = _cli_pull(hub, f"{REPO}:tiny-Q4_K_M.gguf", folder.path)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"error: cannot download {REPO}:tiny-Q4_K_M.gguf: cannot write to {folder.path}: "
+        f"{'Read-only file system' if folder.how == 'tmpfs' else 'Permission denied'}; "
+        "make it writable, or pull into another folder (--dest, or LOCALSPEC_MODELS)\n"
+    )
 
 
 def test_cli_pull(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

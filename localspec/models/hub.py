@@ -9,19 +9,21 @@ a mirror (or a test server) set after import still takes effect.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import socket
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localspec.errors import DownloadError, UserInputError
+from localspec.errors import STORAGE_ERRNOS, DownloadError, UserInputError
 from localspec.paths import Paths
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -37,6 +39,12 @@ CLOSED_CLIENT_TRIES = 3
 REACH_TIMEOUT_S = 10.0
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+# The hub warns, before it writes, where a folder's free space looks short of the file, then writes
+# anyway (a filesystem may report less than it holds); where the write then fails, the error says
+# so in one line (_storage_line). Its warning would add four lines of Python's warning format.
+warnings.filterwarnings(
+    "ignore", message="Not enough free disk space", category=UserWarning, module=r"huggingface_hub\."
+)
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -117,7 +125,7 @@ def pull(
             f"cannot download {what}: {endpoint} is unreachable ({why}); check the network and retry"
         )
     if filename is None:
-        with _hub_errors(repo, None, endpoint):
+        with _hub_errors(repo, None, endpoint, dest):
             api = HfApi(endpoint=endpoint)
             files = _on_a_live_client(lambda: api.list_repo_files(repo, revision=revision))
         filename = choose_gguf(files, repo, quant)
@@ -128,7 +136,7 @@ def pull(
     kwargs: dict[str, Any] = {} if progress else {"tqdm_class": _quiet_bar()}
     if on_progress is not None:
         kwargs["tqdm_class"] = _reporting_bar(filename, on_progress)
-    with _hub_errors(repo, filename, endpoint):
+    with _hub_errors(repo, filename, endpoint, dest):
         download = partial(
             hf_hub_download, repo, filename, revision=revision, local_dir=dest, endpoint=endpoint, **kwargs
         )
@@ -232,18 +240,18 @@ def _reporting_bar(filename: str, report: ProgressFn) -> type[Any]:
 
 
 @contextmanager
-def _hub_errors(repo: str, filename: str | None, endpoint: str) -> Iterator[None]:
-    """Turn huggingface_hub and network exceptions into one DownloadError line."""
+def _hub_errors(repo: str, filename: str | None, endpoint: str, dest: Path) -> Iterator[None]:
+    """Turn huggingface_hub, network and storage exceptions into one DownloadError line."""
     try:
         yield
     except Exception as exc:
-        message = _describe(exc, repo, filename, endpoint)
+        message = _describe(exc, repo, filename, endpoint, dest)
         if message is None:
             raise
         raise DownloadError(message) from exc
 
 
-def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) -> str | None:
+def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str, dest: Path) -> str | None:
     """One line for a hub failure, or None for an exception that is a bug rather than a download problem."""
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -279,11 +287,24 @@ def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) ->
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else "?"
         return f"cannot download {what}: HTTP {status} from {endpoint}; retry later"
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        return f"cannot download {what}: {_storage_line(exc, dest)}"
     if isinstance(exc, OSError) or _is_network_error(exc):
         return f"cannot download {what}: {_first_line(exc)}; check the network and retry"
     if _client_closed(exc):
         return f"cannot download {what}: {endpoint} kept dropping the connection; check the network and retry"
     return None
+
+
+def _storage_line(exc: OSError, dest: Path) -> str:
+    """What a failed write into the models folder says: the folder (the hub writes into a cache
+    folder inside it first), why, and what to do."""
+    why = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        hint = "free some space, or pull into another folder (--dest, or LOCALSPEC_MODELS)"
+    else:
+        hint = "make it writable, or pull into another folder (--dest, or LOCALSPEC_MODELS)"
+    return f"cannot write to {dest}: {why}; {hint}"
 
 
 def _is_network_error(exc: BaseException) -> bool:
