@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localspec.errors import STORAGE_ERRNOS, DownloadError, UserInputError
+from localspec.errors import STORAGE_ERRNOS, DownloadError, StorageError, UserInputError
 from localspec.paths import Paths
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -132,6 +132,8 @@ def pull(
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        if exc.errno in STORAGE_ERRNOS:
+            raise StorageError(_storage_line(exc, dest)) from None
         raise DownloadError(f"cannot write to {dest}: {exc.strerror or exc}") from None
     kwargs: dict[str, Any] = {} if progress else {"tqdm_class": _quiet_bar()}
     if on_progress is not None:
@@ -241,17 +243,23 @@ def _reporting_bar(filename: str, report: ProgressFn) -> type[Any]:
 
 @contextmanager
 def _hub_errors(repo: str, filename: str | None, endpoint: str, dest: Path) -> Iterator[None]:
-    """Turn huggingface_hub, network and storage exceptions into one DownloadError line."""
+    """Turn huggingface_hub and network exceptions into one DownloadError line, and a write the
+    models folder refused (full, read-only) into one StorageError line."""
     try:
         yield
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise DownloadError(_describe(exc, repo, filename, endpoint) or str(exc)) from exc
+        what = f"{repo}:{filename}" if filename else repo
+        raise StorageError(f"cannot download {what}: {_storage_line(exc, dest)}") from exc
     except Exception as exc:
-        message = _describe(exc, repo, filename, endpoint, dest)
+        message = _describe(exc, repo, filename, endpoint)
         if message is None:
             raise
         raise DownloadError(message) from exc
 
 
-def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str, dest: Path) -> str | None:
+def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) -> str | None:
     """One line for a hub failure, or None for an exception that is a bug rather than a download problem."""
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -287,8 +295,6 @@ def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str, de
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else "?"
         return f"cannot download {what}: HTTP {status} from {endpoint}; retry later"
-    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
-        return f"cannot download {what}: {_storage_line(exc, dest)}"
     if isinstance(exc, OSError) or _is_network_error(exc):
         return f"cannot download {what}: {_first_line(exc)}; check the network and retry"
     if _client_closed(exc):
