@@ -8,6 +8,7 @@ from pathlib import Path
 import ollama
 import pytest
 from daemonproc import Daemon, start_daemon
+from faults import full_folder, limit_fsize
 from test_hub import REPO, FakeHub, serving
 
 pytestmark = pytest.mark.timeout(120)
@@ -66,3 +67,30 @@ def test_pull_of_a_missing_quant_says_what_there_is(client: ollama.Client) -> No
         client.pull(f"hf.co/{REPO}:Q2_K")
     assert info.value.status_code == 502
     assert "no Q2_K .gguf" in info.value.error and "tiny-Q4_K_M.gguf" in info.value.error
+
+
+@pytest.mark.parametrize("how", ["tmpfs", "rlimit"])
+def test_pull_onto_a_full_models_folder_is_507_and_the_daemon_serves_on(
+    tmp_path: Path, tiny_target: Path, fake_hub: FakeHub, how: str
+) -> None:
+    fake_hub.repos["acme/Big-GGUF"] = {"big-Q4_K_M.gguf": b"GGUF" + bytes(1 << 20)}  # past FSIZE_BYTES
+    with full_folder(tmp_path, how) as models:
+        env = {
+            "HF_ENDPOINT": fake_hub.url,
+            "HF_HOME": str(tmp_path / "hf"),
+            "LOCALSPEC_MODELS": str(models.path),
+        }
+        preexec = limit_fsize if models.how == "rlimit" else None
+        daemon = start_daemon(tmp_path / "home", tiny_target, env=env, ctx=512, preexec=preexec)
+        try:
+            with daemon.ollama() as client:
+                with pytest.raises(ollama.ResponseError) as refused:
+                    client.pull("hf.co/acme/Big-GGUF:Q4_K_M")
+                assert refused.value.status_code == 507  # Insufficient Storage, not a bad gateway
+                assert refused.value.error.startswith(
+                    f"cannot download acme/Big-GGUF:big-Q4_K_M.gguf: cannot write to {models.path}: "
+                ), refused.value.error
+                assert "free some space" in refused.value.error
+                assert [m.model for m in client.ps().models]  # still serving its model
+        finally:
+            assert daemon.stop() == 0, daemon.log()
