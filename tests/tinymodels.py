@@ -192,8 +192,12 @@ def write_tiny_model(
     name: str = "tiny",
     basename: str | None = None,
     size_label: str | None = None,
+    split_max_tensors: int = 0,
 ) -> Path:
     """Write a tiny llama GGUF at `path` (atomically) and return `path`.
+
+    `split_max_tensors`: split it as gguf-py splits a model, at most that many tensors a part, into
+    PATH-STEM-00001-of-0000N.gguf and on beside `path` (not at `path`); returns part 1's path.
 
     `eos_id` defaults to `<|im_end|>` when the vocabulary has it (else `</s>`), so chat
     turns end the way real ChatML models end them. `noise` adds
@@ -208,7 +212,7 @@ def write_tiny_model(
     dims = _Dims(len(vocab), n_embd, n_head, n_head_kv, n_ff)
     tensors = _tensors(dims, n_layers, vocab, eos, seed, eos_bias, noise, noise_seed)
 
-    writer = gguf.GGUFWriter(path=None, arch="llama")
+    writer = gguf.GGUFWriter(path=None, arch="llama", split_max_tensors=split_max_tensors)
     writer.add_name(name)
     if basename is not None:
         writer.add_basename(basename)
@@ -235,6 +239,14 @@ def write_tiny_model(
         qtype = _TENSOR_TYPES[dtype] if data.ndim == 2 else gguf.GGMLQuantizationType.F32
         writer.add_tensor(tensor_name, gguf.quantize(data, qtype), raw_dtype=qtype)
 
+    if split_max_tensors:
+        try:
+            writer.write_header_to_file(path=path)
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
+        return sorted(path.parent.glob(f"{path.stem}-00001-of-*.gguf"))[0]
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         try:

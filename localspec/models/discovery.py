@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +19,12 @@ from typing import Literal
 
 from localspec.errors import LocalspecError
 from localspec.models.gguf_info import GGUFInfo, read_gguf_info
+from localspec.models.split import is_first_part
 from localspec.paths import Paths
 
 Source = Literal["models", "search-path", "huggingface", "lmstudio", "ollama"]
 OLLAMA_MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
 OLLAMA_DEFAULT_REGISTRY = "registry.ollama.ai"
-_SPLIT_PART = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -159,14 +158,8 @@ def _walk_gguf(root: Path) -> Iterator[Path]:
         visited.add(real)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if name.lower().endswith(".gguf") and not name.startswith(".") and _is_first_part(name):
+            if name.lower().endswith(".gguf") and not name.startswith(".") and is_first_part(name):
                 yield Path(folder) / name
-
-
-def _is_first_part(name: str) -> bool:
-    """False for parts 2..n of a split model, which llama.cpp opens through part 1."""
-    split = _SPLIT_PART.search(name)
-    return split is None or int(split.group(1)) == 1
 
 
 def _relative_name(path: Path, root: Path) -> str:

@@ -8,6 +8,7 @@ memory map), so a 10 GB model costs what its metadata costs: about 0.1 s for a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -22,6 +23,7 @@ from typing import Any
 from localspec.errors import ModelFileError, UnsupportedModelError
 from localspec.models.gguf_cache import GGUFCache, cache_key
 from localspec.models.gguf_header import GGUFHeader, corrupt_at, ggml_type_name, read_header
+from localspec.models.split import sibling_parts, split_part
 from localspec.paths import Paths
 
 GGUF_MAGIC = b"GGUF"
@@ -154,7 +156,7 @@ def read_gguf_info(path: str | os.PathLike[str], *, cache_dir: Path | None = Non
     """Describe the GGUF at `path` (cached); ModelFileError or UnsupportedModelError when unusable."""
     file, st = _check_file(Path(path))
     cache = GGUFCache(cache_dir or Paths.from_env().cache_dir)
-    key = cache_key(file, st)
+    key = _split_key(file, st)
     info = _from_cache(cache.load_info(key))
     if info is None:
         info, tokens = _parse(file, st)
@@ -168,10 +170,8 @@ def check_model_file(path: Path, *, cache_dir: Path | None = None) -> None:
 
     An architecture this module does not recognise passes: llama.cpp has the last word on that.
     """
-    try:
+    with contextlib.suppress(UnsupportedModelError):
         read_gguf_info(path, cache_dir=cache_dir)
-    except UnsupportedModelError:
-        pass
 
 
 def read_tokens(info: GGUFInfo, *, cache_dir: Path | None = None) -> list[str]:
@@ -186,6 +186,50 @@ def read_tokens(info: GGUFInfo, *, cache_dir: Path | None = None) -> list[str]:
         raise ModelFileError(f"{file}: the file changed since it was read; read it again")
     cache.store(cache_key(file, st), fresh.to_dict(), fresh.tokenizer_fingerprint, tokens)
     return tokens
+
+
+def _split_key(file: Path, st: os.stat_result) -> str:
+    """The cache key of `file`'s info: its own, and where it is named as part 1 of a split model,
+    also the other parts' as they are now (one replaced or gone is read again)."""
+    key = cache_key(file, st)
+    if split_part(file.name) is None:
+        return key
+    others = []
+    for part in sibling_parts(file)[1:]:
+        try:
+            others.append(cache_key(part, part.stat()))
+        except OSError:
+            others.append(f"missing {part.name}")
+    return hashlib.sha256("\0".join([key, *others]).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def _split_headers(file: Path, meta: Mapping[str, Any]) -> tuple[list[GGUFHeader], int]:
+    """The headers of a split model's parts 2..n and their bytes, read through its part 1 `file`
+    (none for a model in one file); ModelFileError where a part is missing, or part 1 is not
+    named as llama.cpp looks for the others."""
+    count, number = meta.get("split.count"), meta.get("split.no", 0)
+    if not isinstance(count, int) or count <= 1:
+        return [], 0
+    if number != 0:
+        raise ModelFileError(f"{file}: is part {number + 1} of {count} of a split model; open its first part")
+    if split_part(file.name) != (1, count):
+        raise ModelFileError(
+            f"{file}: is part 1 of {count} of a split model but not named as one "
+            f"(NAME-00001-of-{count:05d}.gguf), as llama.cpp finds the other parts; rename them back"
+        )
+    headers, size = [], 0
+    for number, part in enumerate(sibling_parts(file, count)[1:], start=1):
+        if not part.is_file():
+            raise ModelFileError(
+                f"{file}: is part 1 of {count} of a split model and {part.name} is not beside it; "
+                "fetch every part (localspec pull does)"
+            )
+        header = read_header(part)
+        if header.metadata.get("split.no") != number or header.metadata.get("split.count") != count:
+            raise ModelFileError(f"{part}: is not part {number + 1} of {count} of {file.name}'s model")
+        headers.append(header)
+        size += header.size
+    return headers, size
 
 
 def _from_cache(data: Mapping[str, Any] | None) -> GGUFInfo | None:
@@ -221,6 +265,7 @@ def _check_file(path: Path) -> tuple[Path, os.stat_result]:
 def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
     header = read_header(file)
     meta = header.metadata
+    parts, parts_size = _split_headers(file, meta)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(f"{file}: has no general.architecture; not a model (a split part?)")
@@ -230,7 +275,7 @@ def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
         raise UnsupportedModelError(f"{file}: is a LoRA adapter, not a model")
     tokens = header.tokens
     tok = _tokenizer(meta, tokens)
-    tensors = _tensor_sizes(header)
+    tensors = _tensor_sizes([header, *parts])
     n_embd = _int(header, f"{arch}.embedding_length")
     n_head = _int(header, f"{arch}.attention.head_count")
     head_dim = n_embd // n_head if n_head else 0
@@ -240,7 +285,7 @@ def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
         arch=arch,
         n_params=tensors.n_params,
         quant=_quant(meta, tensors.dominant_type),
-        size_bytes=st.st_size,
+        size_bytes=st.st_size + parts_size,
         n_ctx_train=_int(header, f"{arch}.context_length"),
         n_layers=_int(header, f"{arch}.block_count"),
         n_embd=n_embd,
@@ -362,13 +407,14 @@ class _TensorSizes:
     block_matrix_bytes: tuple[tuple[str, int], ...]
 
 
-def _tensor_sizes(header: GGUFHeader) -> _TensorSizes:
-    """Bytes per transformer block and outside them, which the memory planner splits across devices."""
+def _tensor_sizes(headers: list[GGUFHeader]) -> _TensorSizes:
+    """Bytes per transformer block and outside them, which the memory planner splits across devices,
+    over every part of the model (`headers`: one per file)."""
     layers: dict[int, int] = {}
     by_type: dict[str, int] = {}
     matrices: dict[str, int] = {}
     n_params = non_layer = embd = output = 0
-    for t in header.tensors:
+    for header, t in ((h, t) for h in headers for t in h.tensors):
         n_bytes = t.n_bytes
         n_params += t.n_elements
         type_name = ggml_type_name(t.ggml_type)

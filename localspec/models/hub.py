@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from localspec.errors import STORAGE_ERRNOS, DownloadError, StorageError, UserInputError
+from localspec.models.split import is_first_part, part_names
 from localspec.paths import Paths
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # Tried in order when a repository holds several quantisations and none was named.
 PREFERRED_QUANTS = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q4_0", "Q8_0", "Q6_K")
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 # Told of a download's progress: (file name, bytes so far, total bytes or None when unknown).
 ProgressFn = Callable[[str, int, int | None], None]
 # Tries of one hub call whose shared HTTP client another thread closed under it (_on_a_live_client).
@@ -83,9 +83,8 @@ def _is_model_gguf(name: str) -> bool:
     base = Path(name).name.lower()
     if not base.endswith(".gguf") or base.startswith("mmproj"):
         return False
-    split = _SPLIT_PART.search(base)
     # Only the first part of a split model is loadable by name; llama.cpp finds the rest.
-    return split is None or int(split.group(1)) == 1
+    return is_first_part(base)
 
 
 def _has_quant(name: str, quant: str) -> bool:
@@ -106,7 +105,9 @@ def pull(
     """Download `filename` (or the `quant`, else the best, .gguf) from `repo` into `dest_dir`.
 
     `dest_dir` defaults to the models folder. Returns the local path. A file already downloaded
-    at the same revision is not fetched again. `on_progress`, when given, replaces the bar.
+    at the same revision is not fetched again. `on_progress`, when given, replaces the bar. A
+    model split in parts is downloaded whole, part by part; the path returned is part 1's, which
+    is the one llama.cpp opens.
     """
     from huggingface_hub import HfApi, hf_hub_download
 
@@ -114,12 +115,13 @@ def pull(
     endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
     why = unreachable(endpoint)
     if why is not None:
-        if filename is not None and (dest / filename).is_file():
-            # As the hub does offline: the file is only ever moved into place once complete.
+        parts = part_names(filename) if filename is not None else []
+        if parts and all((dest / part).is_file() for part in parts):
+            # As the hub does offline: a file is only ever moved into place once complete.
             log.warning(
-                "%s is unreachable (%s): using %s as downloaded before", endpoint, why, dest / filename
+                "%s is unreachable (%s): using %s as downloaded before", endpoint, why, dest / parts[0]
             )
-            return dest / filename
+            return dest / parts[0]
         what = f"{repo}:{filename}" if filename else repo
         raise DownloadError(
             f"cannot download {what}: {endpoint} is unreachable ({why}); check the network and retry"
@@ -135,15 +137,17 @@ def pull(
         if exc.errno in STORAGE_ERRNOS:
             raise StorageError(_storage_line(exc, dest)) from None
         raise DownloadError(f"cannot write to {dest}: {exc.strerror or exc}") from None
-    kwargs: dict[str, Any] = {} if progress else {"tqdm_class": _quiet_bar()}
-    if on_progress is not None:
-        kwargs["tqdm_class"] = _reporting_bar(filename, on_progress)
-    with _hub_errors(repo, filename, endpoint, dest):
-        download = partial(
-            hf_hub_download, repo, filename, revision=revision, local_dir=dest, endpoint=endpoint, **kwargs
-        )
-        local = _on_a_live_client(download)
-    return Path(str(local))
+    got = []
+    for part in part_names(filename):
+        kwargs: dict[str, Any] = {} if progress else {"tqdm_class": _quiet_bar()}
+        if on_progress is not None:
+            kwargs["tqdm_class"] = _reporting_bar(part, on_progress)
+        with _hub_errors(repo, part, endpoint, dest):
+            download = partial(
+                hf_hub_download, repo, part, revision=revision, local_dir=dest, endpoint=endpoint, **kwargs
+            )
+            got.append(Path(str(_on_a_live_client(download))))
+    return got[0]
 
 
 def unreachable(endpoint: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
