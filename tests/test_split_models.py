@@ -14,7 +14,7 @@ from test_hub import REPO, FakeHub, _closed_port, hub  # noqa: F401 (a fixture)
 from localspec.cli import cli
 from localspec.errors import DownloadError, ModelFileError
 from localspec.models.discovery import discover
-from localspec.models.gguf_info import read_gguf_info
+from localspec.models.gguf_info import read_gguf_info, read_tokens
 from localspec.models.hub import pull
 from localspec.models.split import is_first_part, part_names, split_part
 
@@ -139,3 +139,21 @@ def test_pull_fetches_every_part(
     (dest / names[1]).unlink()
     with pytest.raises(DownloadError, match="is unreachable"):
         pull(REPO, names[0], dest, progress=False)
+
+
+def test_a_split_model_in_a_hugging_face_cache_reads_whole(split_dir: Path, tmp_path: Path) -> None:
+    # The hub's cache: each part's name in a snapshot folder links to a blob named by its hash.
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    for i, part in enumerate(_parts(split_dir)):
+        blob = part.rename(blobs / f"{i:040x}")
+        (snapshot / part.name).symlink_to(os.path.relpath(blob, snapshot))
+    first = snapshot / "tiny-00001-of-00003.gguf"
+    info = read_gguf_info(first)
+    assert info.size_bytes == sum(b.stat().st_size for b in blobs.iterdir())
+    assert len(read_tokens(info)) == len(tinymodels.build_vocab())
+    result = CliRunner().invoke(
+        cli, ["generate", "--target", str(first), "--method", "none", "--max-tokens", "2", "--raw", "the"]
+    )
+    assert result.exit_code == 0, result.output

@@ -41,10 +41,13 @@ class GGUFCache:
         return data if isinstance(data, list) else None
 
     def store(self, key: str, info: dict[str, Any], fingerprint: str, tokens: list[str]) -> None:
+        self.store_tokens(fingerprint, tokens)
+        _write(self.root / "info" / f"{key}.json", info)
+
+    def store_tokens(self, fingerprint: str, tokens: list[str]) -> None:
         tokens_file = self.root / "tokens" / f"{fingerprint}.json"
         if not tokens_file.is_file():
             _write(tokens_file, tokens)
-        _write(self.root / "info" / f"{key}.json", info)
 
 
 def _load(file: Path) -> Any:

@@ -155,11 +155,14 @@ def llama_vocab_type(tokenizer_model: str) -> str:
 def read_gguf_info(path: str | os.PathLike[str], *, cache_dir: Path | None = None) -> GGUFInfo:
     """Describe the GGUF at `path` (cached); ModelFileError or UnsupportedModelError when unusable."""
     file, st = _check_file(Path(path))
+    # A split model's parts are found by part 1's name as given: a Hugging Face cache links each
+    # part's name in a snapshot folder to a blob named by its hash.
+    named = Path(path).expanduser().absolute()
     cache = GGUFCache(cache_dir or Paths.from_env().cache_dir)
-    key = _split_key(file, st)
+    key = _split_key(named, file, st)
     info = _from_cache(cache.load_info(key))
     if info is None:
-        info, tokens = _parse(file, st)
+        info, tokens = _parse(file, st, named)
         cache.store(key, info.to_dict(), info.tokenizer_fingerprint, tokens)
     _check_supported(info)
     return info
@@ -180,22 +183,23 @@ def read_tokens(info: GGUFInfo, *, cache_dir: Path | None = None) -> list[str]:
     tokens = cache.load_tokens(info.tokenizer_fingerprint)
     if tokens is not None:
         return tokens
-    file, st = _check_file(info.path)
-    fresh, tokens = _parse(file, st)
-    if fresh.tokenizer_fingerprint != info.tokenizer_fingerprint:
+    file, _ = _check_file(info.path)
+    header = read_header(file)  # the vocabulary is part 1's, the file info.path names
+    tokens = header.tokens
+    if _tokenizer(header.metadata, tokens)["tokenizer_fingerprint"] != info.tokenizer_fingerprint:
         raise ModelFileError(f"{file}: the file changed since it was read; read it again")
-    cache.store(cache_key(file, st), fresh.to_dict(), fresh.tokenizer_fingerprint, tokens)
+    cache.store_tokens(info.tokenizer_fingerprint, tokens)
     return tokens
 
 
-def _split_key(file: Path, st: os.stat_result) -> str:
-    """The cache key of `file`'s info: its own, and where it is named as part 1 of a split model,
+def _split_key(named: Path, file: Path, st: os.stat_result) -> str:
+    """The cache key of `file`'s info: its own, and where it is `named` as part 1 of a split model,
     also the other parts' as they are now (one replaced or gone is read again)."""
     key = cache_key(file, st)
-    if split_part(file.name) is None:
+    if split_part(named.name) is None:
         return key
     others = []
-    for part in sibling_parts(file)[1:]:
+    for part in sibling_parts(named)[1:]:
         try:
             others.append(cache_key(part, part.stat()))
         except OSError:
@@ -204,9 +208,9 @@ def _split_key(file: Path, st: os.stat_result) -> str:
 
 
 def _split_headers(file: Path, meta: Mapping[str, Any]) -> tuple[list[GGUFHeader], int]:
-    """The headers of a split model's parts 2..n and their bytes, read through its part 1 `file`
-    (none for a model in one file); ModelFileError where a part is missing, or part 1 is not
-    named as llama.cpp looks for the others."""
+    """The headers of a split model's parts 2..n and their bytes, found beside its part 1 `file`
+    (as named, not resolved; none for a model in one file); ModelFileError where a part is
+    missing, or part 1 is not named as llama.cpp looks for the others."""
     count, number = meta.get("split.count"), meta.get("split.no", 0)
     if not isinstance(count, int) or count <= 1:
         return [], 0
@@ -262,10 +266,10 @@ def _check_file(path: Path) -> tuple[Path, os.stat_result]:
     return file, st
 
 
-def _parse(file: Path, st: os.stat_result) -> tuple[GGUFInfo, list[str]]:
+def _parse(file: Path, st: os.stat_result, named: Path) -> tuple[GGUFInfo, list[str]]:
     header = read_header(file)
     meta = header.metadata
-    parts, parts_size = _split_headers(file, meta)
+    parts, parts_size = _split_headers(named, meta)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(f"{file}: has no general.architecture; not a model (a split part?)")
