@@ -16,6 +16,7 @@ from localspec.errors import DownloadError, ModelFileError
 from localspec.models.discovery import discover
 from localspec.models.gguf_info import read_gguf_info, read_tokens
 from localspec.models.hub import pull
+from localspec.models.layerskip import derive_layerskip_draft
 from localspec.models.split import is_first_part, part_names, split_part
 
 # The tiny model's 30 tensors, at most 12 a part: three parts.
@@ -157,3 +158,18 @@ def test_a_split_model_in_a_hugging_face_cache_reads_whole(split_dir: Path, tmp_
         cli, ["generate", "--target", str(first), "--method", "none", "--max-tokens", "2", "--raw", "the"]
     )
     assert result.exit_code == 0, result.output
+
+
+def test_a_layer_skip_draft_of_a_split_target_is_one_whole_file(split_dir: Path, tmp_path: Path) -> None:
+    first = _parts(split_dir)[0]
+    whole = tinymodels.write_tiny_model(tmp_path / "whole.gguf")
+    cache = tmp_path / "derived"
+    from_split = read_gguf_info(derive_layerskip_draft(first, [0, 2], cache_dir=cache))
+    from_whole = read_gguf_info(derive_layerskip_draft(whole, [0, 2], cache_dir=cache))
+    # Every kept tensor, from whichever part held it; one file (no split.* keys copied over).
+    assert (from_split.n_params, from_split.layer_bytes) == (from_whole.n_params, from_whole.layer_bytes)
+    assert from_split.n_layers == 2 and split_part(from_split.path.name) is None
+    args = ["generate", "--target", str(first), "--method", "layerskip", "--max-tokens", "4", "--raw", "the"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "method layerskip" in result.stderr, result.stderr

@@ -27,6 +27,7 @@ import gguf
 
 from localspec.atomicfile import write_text_atomic
 from localspec.errors import ModelFileError, UnsupportedModelError, UserInputError, storage_error
+from localspec.models.split import sibling_parts, split_part
 
 # Bump when the derived files' layout changes, so stale cached drafts are not reused.
 FORMAT_VERSION = 1
@@ -67,26 +68,28 @@ def derive_layerskip_draft(target: Path, keep: Sequence[int] | None = None, *, c
     half-written draft where a later call would find it. A cache hit costs a stat
     and a small JSON read: parsing a 150k-token vocabulary alone takes seconds.
     """
-    ident, reader = _identify(target, cache_dir)
+    ident, readers = _identify(target, cache_dir)
     layers = _check_keep(default_keep(ident.n_layers) if keep is None else keep, ident.n_layers)
     out = cache_dir / f"{target.stem}.{ident.sha256[:16]}.v{FORMAT_VERSION}.keep-{_ranges(layers)}.gguf"
     if out.is_file():
         return out
-    reader = reader or _open(target)
+    readers = readers or _open(target)
     try:
-        _write_atomically(reader, ident, layers, out)
+        _write_atomically(readers, ident, layers, out)
     except OSError as exc:  # a read-only or full folder: the caller falls back, with this reason
         raise storage_error(exc, cache_dir) from None
     return out
 
 
-def _write_atomically(reader: gguf.GGUFReader, ident: TargetIdentity, layers: list[int], out: Path) -> None:
+def _write_atomically(
+    readers: list[gguf.GGUFReader], ident: TargetIdentity, layers: list[int], out: Path
+) -> None:
     out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        _write_derived(reader, ident, layers, tmp)
+        _write_derived(readers, ident, layers, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())  # on disk before the name says it is complete
         os.replace(tmp, out)
@@ -103,46 +106,65 @@ class TargetIdentity:
     n_layers: int
 
 
-def _identify(target: Path, cache_dir: Path) -> tuple[TargetIdentity, gguf.GGUFReader | None]:
-    """The target's identity, remembered in `cache_dir` until its size or mtime changes.
+def _identify(target: Path, cache_dir: Path) -> tuple[TargetIdentity, list[gguf.GGUFReader] | None]:
+    """The target's identity, remembered in `cache_dir` until its size or mtime changes (a split
+    model's: every part's, hashed in order).
 
     A full sha256 rather than a hash of the header and a sample: a re-export or a
     fine-tune with the same shapes has the same header and size, and a sampled key
     would hand back a draft built from the old weights. Hashing 1 GB takes about a
-    second, once per file version. Returns the reader when it had to open one.
+    second, once per file version. Returns the readers (part 1's first) when it had to open them.
     """
-    try:
-        st = target.stat()
-    except OSError:
-        raise ModelFileError(f"{target} does not exist or cannot be read", param="target") from None
+    if not target.exists():
+        raise ModelFileError(f"{target} does not exist or cannot be read", param="target")
     stamp = cache_dir / "targets" / f"{hashlib.sha256(str(target.resolve()).encode()).hexdigest()[:32]}.json"
-    seen = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
     try:
+        stats = [part.stat() for part in sibling_parts(target)]  # a part missing: _open says so
+        seen = {"size": sum(st.st_size for st in stats), "mtime_ns": max(st.st_mtime_ns for st in stats)}
         known = json.loads(stamp.read_text())
         if {k: known.get(k) for k in seen} == seen:
             return TargetIdentity(str(known["sha256"]), str(known["arch"]), int(known["n_layers"])), None
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no stamp yet, or an unreadable one: identify the file again
-    reader = _open(target)
-    arch = _arch(reader, target)
-    ident = TargetIdentity(_sha256(target), arch, _int_field(reader, f"{arch}.block_count", target))
+    readers = _open(target)
+    arch = _arch(readers[0], target)
+    paths = sibling_parts(target, len(readers)) if len(readers) > 1 else [target]
+    ident = TargetIdentity(_sha256(paths), arch, _int_field(readers[0], f"{arch}.block_count", target))
+    stats = [path.stat() for path in paths]
+    seen = {"size": sum(st.st_size for st in stats), "mtime_ns": max(st.st_mtime_ns for st in stats)}
     try:
         stamp.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_text_atomic(stamp, json.dumps({**seen, **asdict(ident), "path": str(target.resolve())}))
     except OSError:
         pass  # only a cache: the file is hashed again next time
-    return ident, reader
+    return ident, readers
 
 
-def _sha256(path: Path) -> str:
+def _sha256(paths: list[Path]) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
+    for path in paths:
+        with open(path, "rb") as f:
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
     return digest.hexdigest()
 
 
-def _open(target: Path) -> gguf.GGUFReader:
+def _open(target: Path) -> list[gguf.GGUFReader]:
+    """The target's readers: part 1's (the file named), then a split model's other parts'."""
+    first = _open_one(target)
+    field = first.get_field("split.count")
+    count = int(field.contents()) if field is not None else 1
+    if count <= 1:
+        return [first]
+    parts = sibling_parts(target, count)
+    if split_part(target.name) != (1, count) or not all(part.is_file() for part in parts):
+        raise ModelFileError(
+            f"{target}: is part 1 of {count} of a split model, without every part beside it", param="target"
+        )
+    return [first, *(_open_one(part) for part in parts[1:])]
+
+
+def _open_one(target: Path) -> gguf.GGUFReader:
     if not target.is_file():
         raise ModelFileError(f"{target} is not a file", param="target")
     try:
@@ -193,13 +215,16 @@ def _ranges(layers: Sequence[int]) -> str:
     return "_".join(parts)
 
 
-def _write_derived(reader: gguf.GGUFReader, ident: TargetIdentity, layers: list[int], out: Path) -> None:
+def _write_derived(
+    readers: list[gguf.GGUFReader], ident: TargetIdentity, layers: list[int], out: Path
+) -> None:
+    reader = readers[0]
     writer = gguf.GGUFWriter(path=None, arch=ident.arch, endianess=reader.endianess)
     writer.data_alignment = int(reader.alignment)
     _copy_metadata(reader, writer, ident.arch, ident.n_layers, layers)
     writer.add_string("localspec.layerskip.source_sha256", ident.sha256)
     writer.add_array("localspec.layerskip.kept_layers", layers)
-    tensors = _kept_tensors(reader, layers)
+    tensors = _kept_tensors(readers, layers)
     for name, tensor in tensors:
         writer.add_tensor_info(
             name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type
@@ -229,8 +254,9 @@ def _copy_metadata(
         f"{arch}.nextn_predict_layers": sum(i >= n_layers - nextn for i in layers),
     }
     for field in reader.fields.values():
-        # The writer adds the architecture itself; GGUF.* are the reader's view of the header.
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+        # The writer adds the architecture itself; GGUF.* are the reader's view of the header;
+        # split.* describe the target's parts, and the draft is one file.
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith(("GGUF.", "split.")):
             continue
         vtype = field.types[0]
         if field.name in adjusted:
@@ -276,11 +302,12 @@ def _array(field: gguf.ReaderField) -> list[Any]:
     return list(field.contents())
 
 
-def _kept_tensors(reader: gguf.GGUFReader, layers: list[int]) -> list[tuple[str, gguf.ReaderTensor]]:
-    """(new name, tensor) for every non-block tensor and every block tensor of a kept layer."""
+def _kept_tensors(readers: list[gguf.GGUFReader], layers: list[int]) -> list[tuple[str, gguf.ReaderTensor]]:
+    """(new name, tensor) for every non-block tensor and every block tensor of a kept layer, from
+    every part of the target."""
     renumber = {old: new for new, old in enumerate(layers)}
     kept: list[tuple[str, gguf.ReaderTensor]] = []
-    for tensor in reader.tensors:
+    for tensor in (t for reader in readers for t in reader.tensors):
         match = _BLOCK_TENSOR.match(tensor.name)
         if match is None:
             kept.append((tensor.name, tensor))
