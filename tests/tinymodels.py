@@ -239,26 +239,25 @@ def write_tiny_model(
         qtype = _TENSOR_TYPES[dtype] if data.ndim == 2 else gguf.GGMLQuantizationType.F32
         writer.add_tensor(tensor_name, gguf.quantize(data, qtype), raw_dtype=qtype)
 
-    if split_max_tensors:
-        try:
-            writer.write_header_to_file(path=path)
-            writer.write_kv_data_to_file()
-            writer.write_tensors_to_file()
-        finally:
-            writer.close()
+    if split_max_tensors:  # the writer names the parts after `path`
+        _write(writer, path)
         return sorted(path.parent.glob(f"{path.stem}-00001-of-*.gguf"))[0]
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        try:
-            writer.write_header_to_file(path=tmp)
-            writer.write_kv_data_to_file()
-            writer.write_tensors_to_file()
-        finally:
-            writer.close()
+        _write(writer, tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _write(writer: gguf.GGUFWriter, path: Path) -> None:
+    try:
+        writer.write_header_to_file(path=path)
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
 
 
 def _default_eos(vocab: TinyVocab) -> int:
