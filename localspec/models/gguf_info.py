@@ -222,15 +222,15 @@ def _split_headers(file: Path, meta: Mapping[str, Any]) -> tuple[list[GGUFHeader
             f"(NAME-00001-of-{count:05d}.gguf), as llama.cpp finds the other parts; rename them back"
         )
     headers, size = [], 0
-    for number, part in enumerate(sibling_parts(file, count)[1:], start=1):
+    for index, part in enumerate(sibling_parts(file, count)[1:], start=1):
         if not part.is_file():
             raise ModelFileError(
                 f"{file}: is part 1 of {count} of a split model and {part.name} is not beside it; "
                 "fetch every part (localspec pull does)"
             )
         header = read_header(part)
-        if header.metadata.get("split.no") != number or header.metadata.get("split.count") != count:
-            raise ModelFileError(f"{part}: is not part {number + 1} of {count} of {file.name}'s model")
+        if header.metadata.get("split.no") != index or header.metadata.get("split.count") != count:
+            raise ModelFileError(f"{part}: is not part {index + 1} of {count} of {file.name}'s model")
         headers.append(header)
         size += header.size
     return headers, size

@@ -135,7 +135,7 @@ def pull(
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         if exc.errno in STORAGE_ERRNOS:
-            raise StorageError(_storage_line(exc, dest)) from None
+            raise StorageError(f"cannot download {repo}:{filename}: {_storage_line(exc, dest)}") from None
         raise DownloadError(f"cannot write to {dest}: {exc.strerror or exc}") from None
     got = []
     for part in part_names(filename):
