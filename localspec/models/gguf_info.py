@@ -23,7 +23,7 @@ from typing import Any
 from localspec.errors import ModelFileError, UnsupportedModelError
 from localspec.models.gguf_cache import GGUFCache, cache_key
 from localspec.models.gguf_header import GGUFHeader, corrupt_at, ggml_type_name, read_header
-from localspec.models.split import sibling_parts, split_part
+from localspec.models.split import every_part, sibling_parts, split_part
 from localspec.paths import Paths
 
 GGUF_MAGIC = b"GGUF"
@@ -216,18 +216,8 @@ def _split_headers(file: Path, meta: Mapping[str, Any]) -> tuple[list[GGUFHeader
         return [], 0
     if number != 0:
         raise ModelFileError(f"{file}: is part {number + 1} of {count} of a split model; open its first part")
-    if split_part(file.name) != (1, count):
-        raise ModelFileError(
-            f"{file}: is part 1 of {count} of a split model but not named as one "
-            f"(NAME-00001-of-{count:05d}.gguf), as llama.cpp finds the other parts; rename them back"
-        )
     headers, size = [], 0
-    for index, part in enumerate(sibling_parts(file, count)[1:], start=1):
-        if not part.is_file():
-            raise ModelFileError(
-                f"{file}: is part 1 of {count} of a split model and {part.name} is not beside it; "
-                "fetch every part (localspec pull does)"
-            )
+    for index, part in enumerate(every_part(file, count)[1:], start=1):
         header = read_header(part)
         if header.metadata.get("split.no") != index or header.metadata.get("split.count") != count:
             raise ModelFileError(f"{part}: is not part {index + 1} of {count} of {file.name}'s model")

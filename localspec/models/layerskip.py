@@ -27,7 +27,7 @@ import gguf
 
 from localspec.atomicfile import write_text_atomic
 from localspec.errors import ModelFileError, UnsupportedModelError, UserInputError, storage_error
-from localspec.models.split import sibling_parts, split_part
+from localspec.models.split import every_part, sibling_parts
 
 # Bump when the derived files' layout changes, so stale cached drafts are not reused.
 FORMAT_VERSION = 1
@@ -119,8 +119,7 @@ def _identify(target: Path, cache_dir: Path) -> tuple[TargetIdentity, list[gguf.
         raise ModelFileError(f"{target} does not exist or cannot be read", param="target")
     stamp = cache_dir / "targets" / f"{hashlib.sha256(str(target.resolve()).encode()).hexdigest()[:32]}.json"
     try:
-        stats = [part.stat() for part in sibling_parts(target)]  # a part missing: _open says so
-        seen = {"size": sum(st.st_size for st in stats), "mtime_ns": max(st.st_mtime_ns for st in stats)}
+        seen = _seen(sibling_parts(target))  # a part missing: _open says so
         known = json.loads(stamp.read_text())
         if {k: known.get(k) for k in seen} == seen:
             return TargetIdentity(str(known["sha256"]), str(known["arch"]), int(known["n_layers"])), None
@@ -130,14 +129,19 @@ def _identify(target: Path, cache_dir: Path) -> tuple[TargetIdentity, list[gguf.
     arch = _arch(readers[0], target)
     paths = sibling_parts(target, len(readers)) if len(readers) > 1 else [target]
     ident = TargetIdentity(_sha256(paths), arch, _int_field(readers[0], f"{arch}.block_count", target))
-    stats = [path.stat() for path in paths]
-    seen = {"size": sum(st.st_size for st in stats), "mtime_ns": max(st.st_mtime_ns for st in stats)}
+    seen = _seen(paths)
     try:
         stamp.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_text_atomic(stamp, json.dumps({**seen, **asdict(ident), "path": str(target.resolve())}))
     except OSError:
         pass  # only a cache: the file is hashed again next time
     return ident, readers
+
+
+def _seen(paths: list[Path]) -> dict[str, int]:
+    """What tells a target's files changed: their sizes together and the newest mtime."""
+    stats = [path.stat() for path in paths]
+    return {"size": sum(st.st_size for st in stats), "mtime_ns": max(st.st_mtime_ns for st in stats)}
 
 
 def _sha256(paths: list[Path]) -> str:
@@ -156,11 +160,7 @@ def _open(target: Path) -> list[gguf.GGUFReader]:
     count = int(field.contents()) if field is not None else 1
     if count <= 1:
         return [first]
-    parts = sibling_parts(target, count)
-    if split_part(target.name) != (1, count) or not all(part.is_file() for part in parts):
-        raise ModelFileError(
-            f"{target}: is part 1 of {count} of a split model, without every part beside it", param="target"
-        )
+    parts = every_part(target, count, param="target")
     return [first, *(_open_one(part) for part in parts[1:])]
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from localspec.errors import ModelFileError
+
 _PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
 
@@ -41,3 +43,24 @@ def part_names(name: str, count: int | None = None) -> list[str]:
 def sibling_parts(path: Path, count: int | None = None) -> list[Path]:
     """`part_names` as paths in `path`'s folder."""
     return [path.with_name(name) for name in part_names(path.name, count)]
+
+
+def every_part(first: Path, count: int, *, param: str | None = None) -> list[Path]:
+    """The `count` parts of the split model whose part 1 is `first` (as named, not resolved), in
+    order; ModelFileError where `first` is not named as llama.cpp looks for the others, or a part
+    is not beside it."""
+    if split_part(first.name) != (1, count):
+        raise ModelFileError(
+            f"{first}: is part 1 of {count} of a split model but not named as one "
+            f"(NAME-00001-of-{count:05d}.gguf), as llama.cpp finds the other parts; rename them back",
+            param=param,
+        )
+    parts = sibling_parts(first, count)
+    for part in parts[1:]:
+        if not part.is_file():
+            raise ModelFileError(
+                f"{first}: is part 1 of {count} of a split model and {part.name} is not beside it; "
+                "fetch every part (localspec pull does)",
+                param=param,
+            )
+    return parts
