@@ -41,7 +41,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 # The hub warns, before it writes, where a folder's free space looks short of the file, then writes
 # anyway (a filesystem may report less than it holds); where the write then fails, the error says
-# so in one line (_storage_line). Its warning would add four lines of Python's warning format.
+# so in one line (_storage_error). Its warning would add four lines of Python's warning format.
 warnings.filterwarnings(
     "ignore", message="Not enough free disk space", category=UserWarning, module=r"huggingface_hub\."
 )
@@ -122,10 +122,7 @@ def pull(
                 "%s is unreachable (%s): using %s as downloaded before", endpoint, why, dest / parts[0]
             )
             return dest / parts[0]
-        what = f"{repo}:{filename}" if filename else repo
-        raise DownloadError(
-            f"cannot download {what}: {endpoint} is unreachable ({why}); check the network and retry"
-        )
+        raise DownloadError(_unreachable_line(_what(repo, filename), endpoint, why))
     if filename is None:
         with _hub_errors(repo, None, endpoint, dest):
             api = HfApi(endpoint=endpoint)
@@ -135,7 +132,7 @@ def pull(
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         if exc.errno in STORAGE_ERRNOS:
-            raise StorageError(f"cannot download {repo}:{filename}: {_storage_line(exc, dest)}") from None
+            raise _storage_error(exc, _what(repo, filename), dest) from None
         raise DownloadError(f"cannot write to {dest}: {exc.strerror or exc}") from None
     got = []
     for part in part_names(filename):
@@ -251,12 +248,9 @@ def _hub_errors(repo: str, filename: str | None, endpoint: str, dest: Path) -> I
     models folder refused (full, read-only) into one StorageError line."""
     try:
         yield
-    except OSError as exc:
-        if exc.errno not in STORAGE_ERRNOS:
-            raise DownloadError(_describe(exc, repo, filename, endpoint) or str(exc)) from exc
-        what = f"{repo}:{filename}" if filename else repo
-        raise StorageError(f"cannot download {what}: {_storage_line(exc, dest)}") from exc
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+            raise _storage_error(exc, _what(repo, filename), dest) from exc
         message = _describe(exc, repo, filename, endpoint)
         if message is None:
             raise
@@ -275,7 +269,7 @@ def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) ->
         RevisionNotFoundError,
     )
 
-    what = f"{repo}:{filename}" if filename else repo
+    what = _what(repo, filename)
     if isinstance(exc, LocalEntryNotFoundError) and isinstance(
         exc.__cause__, HfHubHTTPError | FileMetadataError
     ):
@@ -293,7 +287,7 @@ def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) ->
     if isinstance(exc, LocalEntryNotFoundError):
         cause = exc.__cause__ or exc.__context__
         detail = _first_line(cause) if cause is not None else "no connection"
-        return f"cannot download {what}: {endpoint} is unreachable ({detail}); check the network and retry"
+        return _unreachable_line(what, endpoint, detail)
     if isinstance(exc, EntryNotFoundError):
         return f"{repo} has no file {filename!r}; run `localspec pull {repo}` to pick one"
     if isinstance(exc, HfHubHTTPError):
@@ -306,15 +300,24 @@ def _describe(exc: Exception, repo: str, filename: str | None, endpoint: str) ->
     return None
 
 
-def _storage_line(exc: OSError, dest: Path) -> str:
-    """What a failed write into the models folder says: the folder (the hub writes into a cache
-    folder inside it first), why, and what to do."""
+def _what(repo: str, filename: str | None) -> str:
+    """What a download line names: the repository, and the file where one is known."""
+    return f"{repo}:{filename}" if filename else repo
+
+
+def _unreachable_line(what: str, endpoint: str, why: str) -> str:
+    return f"cannot download {what}: {endpoint} is unreachable ({why}); check the network and retry"
+
+
+def _storage_error(exc: OSError, what: str, dest: Path) -> StorageError:
+    """A failed write into the models folder: the folder (the hub writes into a cache folder
+    inside it first), why, and what to do."""
     why = exc.strerror or str(exc)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         hint = "free some space, or pull into another folder (--dest, or LOCALSPEC_MODELS)"
     else:
         hint = "make it writable, or pull into another folder (--dest, or LOCALSPEC_MODELS)"
-    return f"cannot write to {dest}: {why}; {hint}"
+    return StorageError(f"cannot download {what}: cannot write to {dest}: {why}; {hint}")
 
 
 def _is_network_error(exc: BaseException) -> bool:
