@@ -213,6 +213,18 @@ def test_the_target_is_not_its_own_candidate(env: dict[str, str], tiny_target: P
     assert tiny_target.name not in by_label(result)
 
 
+def test_the_target_asked_for_by_a_link_is_not_its_own_candidate(
+    env: dict[str, str], tiny_target: Path, tmp_path: Path
+) -> None:
+    # Found in the models folder by its own name, asked for by another: one file all the same.
+    shutil.copy(tiny_target, Path(env["LOCALSPEC_MODELS"]) / "target.gguf")
+    link = tmp_path / "link.gguf"
+    link.symlink_to(Path(env["LOCALSPEC_MODELS"]) / "target.gguf")
+    result = pick_draft(link, cpu_only(8 * GIB), env=env)
+    assert result.target.path == link
+    assert "target.gguf" not in by_label(result)
+
+
 def test_a_draft_that_does_not_fit_says_so(env: dict[str, str], tiny_target: Path, tmp_path: Path) -> None:
     drafts = tmp_path / "drafts"
     drafts.mkdir()

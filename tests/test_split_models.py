@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -142,22 +143,41 @@ def test_pull_fetches_every_part(
         pull(REPO, names[0], dest, progress=False)
 
 
-def test_a_split_model_in_a_hugging_face_cache_reads_whole(split_dir: Path, tmp_path: Path) -> None:
-    # The hub's cache: each part's name in a snapshot folder links to a blob named by its hash.
+def _in_hub_cache(split_dir: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The hub's cache: each part's name in a snapshot folder links to a blob named by its hash.
+    (the blobs folder, part 1 as named in the snapshot)"""
     blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
     blobs.mkdir()
     snapshot.mkdir(parents=True)
     for i, part in enumerate(_parts(split_dir)):
         blob = part.rename(blobs / f"{i:040x}")
         (snapshot / part.name).symlink_to(os.path.relpath(blob, snapshot))
-    first = snapshot / "tiny-00001-of-00003.gguf"
+    return blobs, snapshot / "tiny-00001-of-00003.gguf"
+
+
+def test_a_split_model_in_a_hugging_face_cache_reads_whole(split_dir: Path, tmp_path: Path) -> None:
+    blobs, first = _in_hub_cache(split_dir, tmp_path)
     info = read_gguf_info(first)
     assert info.size_bytes == sum(b.stat().st_size for b in blobs.iterdir())
+    # As named, not resolved to part 1's blob, beside which llama.cpp would find no other part.
+    assert info.path == first
     assert len(read_tokens(info)) == len(tinymodels.build_vocab())
     result = CliRunner().invoke(
         cli, ["generate", "--target", str(first), "--method", "none", "--max-tokens", "2", "--raw", "the"]
     )
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow  # calibrates the tiny model and its layer-skip draft
+def test_pick_draft_measures_a_split_model_in_a_hugging_face_cache(split_dir: Path, tmp_path: Path) -> None:
+    # --measure loads the target by the path its info names: the blob's would find no other part.
+    _, first = _in_hub_cache(split_dir, tmp_path)
+    args = ["pick-draft", "--target", str(first), "--measure", "--vram", "0", "--ram", "8G", "--json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["target"] == str(first)
+    assert any(c["method"] == "layerskip" and "measured" in c["reason"] for c in data["candidates"])
 
 
 def test_a_layer_skip_draft_of_a_split_target_is_one_whole_file(split_dir: Path, tmp_path: Path) -> None:

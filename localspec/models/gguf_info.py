@@ -165,7 +165,9 @@ def read_gguf_info(path: str | os.PathLike[str], *, cache_dir: Path | None = Non
         info, tokens = _parse(file, st, named)
         cache.store(key, info.to_dict(), info.tokenizer_fingerprint, tokens)
     _check_supported(info)
-    return info
+    # The path as named, not resolved, wherever the cached entry was read from: llama.cpp finds a
+    # split model's other parts beside the name it is given, and a blob's hash is no model's name.
+    return info if info.path == named else dataclasses.replace(info, path=named)
 
 
 def check_model_file(path: Path, *, cache_dir: Path | None = None) -> None:
@@ -274,8 +276,8 @@ def _parse(file: Path, st: os.stat_result, named: Path) -> tuple[GGUFInfo, list[
     n_head = _int(header, f"{arch}.attention.head_count")
     head_dim = n_embd // n_head if n_head else 0
     info = GGUFInfo(
-        path=file,
-        name=str(meta.get("general.name") or file.stem),
+        path=named,
+        name=str(meta.get("general.name") or named.stem),
         arch=arch,
         n_params=tensors.n_params,
         quant=_quant(meta, tensors.dominant_type),

@@ -155,7 +155,7 @@ def pick_draft(
     base = machine.plan(shape, None)  # refuses when the target alone cannot fit
     costs = Costs(shape, info.path, curves or {}, repack=repack)
     found = discover(search_paths, env=env, cache_dir=cache_dir)
-    models = [m for m in found.models if m.info.path != info.path]
+    models = [m for m in found.models if not _same_file(m.info.path, info.path)]
     cands = [_model_candidate(info, m, machine, costs, cache_dir) for m in models]
     cands += _self_candidates(base, machine, costs)
     if not any(c.usable and c.method == "draft" for c in cands):
@@ -348,3 +348,11 @@ def describe(est: Estimate, method: ChoiceMethod) -> str:
     if est.speedup < 1.0:
         verdict += ", slower than plain decoding"
     return f"{head}; {verify}; {verdict}"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (a model is found by one name and asked for by another)."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return a == b
