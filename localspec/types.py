@@ -65,19 +65,39 @@ class FileChunk:
     text: str
 
 
+# How many of the latest tokens the repetition penalties look at, unless a request says (llama.cpp's
+# and Ollama's default).
+REPEAT_LAST_N = 64
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the target's distribution is sampled. temperature 0 means greedy."""
+    """How the target's distribution is sampled. temperature 0 means greedy.
+
+    The penalties are llama.cpp's: over the last `repeat_last_n` tokens (-1: every one; 0: none), a
+    token seen there has its logit divided by `repeat_penalty` (multiplied where not positive) and
+    lowered by its count times `frequency_penalty` plus `presence_penalty`, greedy decoding included.
+    """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
     seed: int | None = None
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repeat_last_n: int = REPEAT_LAST_N
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any repetition penalty changes the logits."""
+        some = self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+        return some and self.repeat_last_n != 0
 
 
 # Tokens drafted per step by a fixed method (draft, ngram, layerskip) when the request names no k.

@@ -138,6 +138,19 @@ def test_generate_stop_and_seed(tcp_ollama: ollama.Client) -> None:
     assert tcp_ollama.generate(model="tiny-fim", prompt="one two", options=sampled).response == first
 
 
+def test_repeat_penalty_options_change_the_reply(tcp_ollama: ollama.Client) -> None:
+    def reply(**options: float) -> str | None:
+        opts = {**GREEDY, "num_predict": 24, **options}
+        return tcp_ollama.generate(
+            model="tiny-fim", prompt="one two one two", raw=True, options=opts
+        ).response
+
+    plain = reply()
+    assert reply(repeat_penalty=1.0) == plain  # Ollama's default: no penalty
+    penalised = reply(repeat_penalty=1.8, repeat_last_n=-1)
+    assert penalised != plain and reply(repeat_penalty=1.8, repeat_last_n=0) == plain
+
+
 def test_generate_streams_ndjson_by_default(daemon: Daemon) -> None:
     body = {"model": "tiny-fim", "prompt": "hello", "options": {"num_predict": 5, **GREEDY}}
     with daemon.http() as http, http.stream("POST", "/api/generate", json=body) as response:

@@ -142,6 +142,27 @@ def test_seed_makes_sampling_reproducible(uds_openai: openai.OpenAI) -> None:
     assert sample(7) == sample(7)
 
 
+def test_frequency_and_presence_penalties_change_the_reply_alike_for_every_method(
+    uds_openai: openai.OpenAI,
+) -> None:
+    def reply(method: str, frequency: float = 0.0, presence: float = 0.0) -> str | None:
+        out = uds_openai.completions.create(
+            model="tiny-target",
+            prompt="one two three one two",
+            max_tokens=24,
+            temperature=0,
+            frequency_penalty=frequency,
+            presence_penalty=presence,
+            extra_body={"speculative": {"method": method}},
+        )
+        return out.choices[0].text
+
+    plain = reply("none")
+    penalised = reply("none", 1.5, 1.0)
+    assert penalised != plain
+    assert reply("draft", 1.5, 1.0) == penalised
+
+
 def test_speculative_extension_picks_the_method(uds_openai: openai.OpenAI) -> None:
     def run(method: str, k: int | None = 3) -> tuple[str | None, dict[str, Any]]:
         out = uds_openai.chat.completions.create(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -209,20 +210,15 @@ def test_generate_remote_uses_the_running_daemon(
 ) -> None:
     from daemonproc import start_daemon
 
-    local = json.loads(
-        invoke(
-            "generate",
-            "hello world",
-            "--target",
-            str(tiny_target),
-            "--max-tokens",
-            "16",
-            "--json",
-            "--method",
-            "none",
-            *ONE_THREAD,
-        )[1]
-    )
+    # Penalised, so the penalties are seen to travel to the daemon as well.
+    penalties = ("--repeat-penalty", "1.8", "--frequency-penalty", "0.5", "--repeat-last-n", "-1")
+
+    def here(*extra: str) -> Any:
+        args = ["hello world", "--target", str(tiny_target), "--max-tokens", "16", "--json", *extra]
+        return json.loads(invoke("generate", *args, "--method", "none", *ONE_THREAD)[1])
+
+    local = here(*penalties)
+    assert here()["tokens"] != local["tokens"]
     home = tmp_path / "daemon-home"
     daemon = start_daemon(home, tiny_target, "--draft", str(tiny_perfect_draft), ctx=512)
     try:
@@ -238,6 +234,7 @@ def test_generate_remote_uses_the_running_daemon(
             "draft",
             "-k",
             "3",
+            *penalties,
         )
         assert code == 0, err + daemon.log()
         remote = json.loads(out)

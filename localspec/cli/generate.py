@@ -10,6 +10,7 @@ import click
 from localspec.cli.app import cli
 from localspec.cli.options import LoadProgress, model_options, pop_model_settings
 from localspec.types import (
+    REPEAT_LAST_N,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
@@ -31,6 +32,34 @@ from localspec.types import (
 @click.option("--top-p", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True)
 @click.option("--min-p", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True)
 @click.option("--seed", type=int, help="Fix the sampling seed (reproducible output).")
+@click.option(
+    "--repeat-penalty",
+    type=click.FloatRange(0.0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Divide a repeated token's logit by this (llama.cpp's); 1 is off.",
+)
+@click.option(
+    "--frequency-penalty",
+    type=click.FloatRange(-2.0, 2.0),
+    default=0.0,
+    show_default=True,
+    help="Lower a repeated token's logit by this per repeat.",
+)
+@click.option(
+    "--presence-penalty",
+    type=click.FloatRange(-2.0, 2.0),
+    default=0.0,
+    show_default=True,
+    help="Lower a repeated token's logit by this once.",
+)
+@click.option(
+    "--repeat-last-n",
+    type=click.IntRange(-1),
+    default=REPEAT_LAST_N,
+    show_default=True,
+    help="How many of the latest tokens the penalties look at; -1 all, 0 none.",
+)
 @click.option("--stop", multiple=True, help="Stop at this string (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with text, tokens and stats.")
 @click.option(
@@ -84,6 +113,10 @@ def _request(prompt: str, method: Any, k: int | None, opts: dict[str, Any]) -> G
         top_p=opts["top_p"],
         min_p=opts["min_p"],
         seed=opts["seed"],
+        repeat_penalty=opts["repeat_penalty"],
+        frequency_penalty=opts["frequency_penalty"],
+        presence_penalty=opts["presence_penalty"],
+        repeat_last_n=opts["repeat_last_n"],
     )
     common: dict[str, Any] = {
         "max_tokens": opts["max_tokens"],

@@ -35,6 +35,8 @@ TOP_P_FIRST = 64
 NEAR = 64
 # A draw over the whole vocabulary finds its block of this many tokens first, then the token in it.
 BLOCK = 1024
+# The largest logit a penalty leaves (see `penalized`).
+LOGIT_BOUND = np.float32(1e30)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,41 @@ def distribution(logits: FloatArray, params: SamplingParams) -> Dist:
     if not nonzero.all():
         ids, probs = ids[nonzero], _renormalised(probs[nonzero])
     return Dist(ids, probs, 1.0, size)
+
+
+def penalized(
+    logits: npt.NDArray[np.float32], params: SamplingParams, before: Sequence[int], ahead: Sequence[int] = ()
+) -> npt.NDArray[np.float32]:
+    """`logits` with the repetition penalties of the position after `before` + `ahead` applied, as
+    llama.cpp's penalties sampler applies them (llama_sampler_penalties_apply), in float32.
+
+    The window is the sequence's last repeat_last_n tokens, the prompt's included (llama-server
+    feeds its sampler the prompt). In a verify, `ahead` is the draft before the position judged: a
+    drafted token is judged as the target alone judges it after the tokens before it. A copy where
+    anything changes: the logits passed in are llama.cpp's own buffer."""
+    if not params.penalized:
+        return logits
+    n = params.repeat_last_n if params.repeat_last_n > 0 else len(before) + len(ahead)
+    window = [*before[max(0, len(before) - n) :], *ahead][-n:]
+    ids, counts = np.unique(np.asarray(window, dtype=np.intp), return_counts=True)
+    in_vocab = ids < logits.shape[0]  # a draft model's vocabulary may end before the target's
+    ids, counts = ids[in_vocab], counts[in_vocab]
+    if not ids.size:
+        return logits
+    out = np.array(logits, dtype=np.float32)
+    seen = out[ids]
+    # A penalty too small for float32 would divide by zero; a logit divided past LOGIT_BOUND is held
+    # there, so no logit becomes infinite and a distribution's arithmetic (a difference, times 1 /
+    # temperature) stays within float32.
+    repeat = np.float32(max(params.repeat_penalty, float(np.finfo(np.float32).tiny)))
+    with np.errstate(over="ignore"):
+        seen = np.where(seen <= 0, seen * repeat, seen / repeat)
+    np.clip(seen, -LOGIT_BOUND, LOGIT_BOUND, out=seen)
+    seen -= counts.astype(np.float32) * np.float32(params.frequency_penalty) + np.float32(
+        params.presence_penalty
+    )
+    out[ids] = seen
+    return out
 
 
 def probabilities(logits: FloatArray, params: SamplingParams) -> npt.NDArray[np.float64]:

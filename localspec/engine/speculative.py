@@ -31,7 +31,7 @@ import numpy.typing as npt
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter, Preparing
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import Draws, distribution, greedy_accept, sample_at
+from localspec.engine.sampling import Draws, distribution, greedy_accept, penalized, sample_at
 from localspec.engine.textstream import TextStream
 from localspec.errors import ContextOverflowError, RequestCancelledError
 from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
@@ -206,7 +206,7 @@ class Generation:
             self.stats.ttft_s = time.perf_counter() - t0
             self._close(t0)
             return
-        first = self._pick(self._masked(self.target.logits(-1)), len(self.tokens))
+        first = self._pick(self._shaped(self.target.logits(-1)), len(self.tokens))
         if self.constraint is not None:
             self.constraint.accept(first)
         yield from self._emit(_Step([first], 0), t0)
@@ -326,19 +326,19 @@ class Generation:
         tokens, base = draft.tokens, len(self.tokens)
         for i, token in enumerate(tokens):
             # Kept where it is the token the target draws here (Draws: exactly the target's samples).
-            drawn = self._pick(self._masked(self.target.logits(i)), base + i)
+            drawn = self._pick(self._shaped(self.target.logits(i), tokens[:i]), base + i)
             if drawn != token:
                 return _Judgement(i, drawn, len(tokens), i, i + 1)
             if self.constraint is not None:  # the grammar follows the accepted prefix
                 self.constraint.accept(token)
         n = len(tokens)
-        return _Judgement(n, self._pick(self._masked(self.target.logits(n)), base + n), n, n, n + 1)
+        return _Judgement(n, self._pick(self._shaped(self.target.logits(n), tokens), base + n), n, n, n + 1)
 
     def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
         draft = batch[1:]
         choices: list[int] = []
         for i in range(len(batch)):
-            row = self._masked(self.target.logits(i))
+            row = self._shaped(self.target.logits(i), draft[:i])
             choice = int(row.argmax())
             # Fast loading makes no batch round like one-token decoding: a re-decide would cost a
             # decode and still not make the output exact, so near-ties are re-decided only when exact.
@@ -359,12 +359,15 @@ class Generation:
         self.stats.target_s += seconds
         self._redecide_s += seconds
         self.stats.redecided += 1
-        choice = int(self._masked(self.target.logits(-1)).argmax())
         draft = batch[1:]
+        choice = int(self._shaped(self.target.logits(-1), draft[:i]).argmax())
         judged = min(i + 1, len(draft))
         return _Judgement(i, choice, judged, i + int(i < len(draft) and draft[i] == choice), i + 1)
 
-    def _masked(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    def _shaped(self, logits: npt.NDArray[np.float32], ahead: Sequence[int] = ()) -> npt.NDArray[np.float32]:
+        """The target's logits for the position after the tokens so far and `ahead` (the draft before
+        it), as its sampler sees them: penalised for what came before, masked by the grammar."""
+        logits = penalized(logits, self.params, self.tokens, ahead)
         return logits if self.constraint is None else self.constraint.mask(logits)
 
     def _pick(self, logits: npt.NDArray[np.float32], position: int) -> int:

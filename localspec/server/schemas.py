@@ -26,7 +26,7 @@ from localspec.server.toolschemas import (
     tool_choice,
     tool_specs,
 )
-from localspec.types import ChatMessage, GenerationRequest, Method, SamplingParams, SpecParams
+from localspec.types import REPEAT_LAST_N, ChatMessage, GenerationRequest, Method, SamplingParams, SpecParams
 
 M = TypeVar("M", bound=BaseModel)
 MAX_STOP = 16
@@ -39,6 +39,26 @@ GO_DURATION = re.compile(r"^-?(\d+(\.\d+)?|(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+)$"
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+class Penalties(_Body):
+    """The repetition penalties, by llama.cpp's and OpenAI's names (see SamplingParams): OpenAI
+    bodies, Ollama's options and llama-server's bodies all carry them."""
+
+    repeat_penalty: float = Field(1.0, gt=0.0, le=100.0, description="1 = off; >1 penalises repeats.")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="Per repeat of a token; 0 = off.")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="Once per repeated token; 0 = off.")
+    repeat_last_n: int = Field(
+        REPEAT_LAST_N, ge=-1, description="How many of the latest tokens count; -1: all, 0: off."
+    )
+
+    def penalties(self) -> dict[str, Any]:
+        return {
+            "repeat_penalty": self.repeat_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "presence_penalty": self.presence_penalty,
+            "repeat_last_n": self.repeat_last_n,
+        }
 
 
 class SpeculativeOptions(_Body):
@@ -90,7 +110,7 @@ class OpenAIMessage(_Body):
         return ChatMessage(role, text, calls, self.tool_call_id, self.name)
 
 
-class _OpenAISampling(_Body):
+class _OpenAISampling(Penalties):
     model: str = Field(..., min_length=1, description="The loaded target's name, or `localspec`.")
     max_tokens: int | None = Field(None, ge=-1, description="-1 (llama.cpp): until the context is full.")
     n_predict: int | None = Field(
@@ -116,7 +136,12 @@ class _OpenAISampling(_Body):
     def sampling(self) -> SamplingParams:
         seed = self.seed if self.seed is not None and self.seed >= 0 else None
         return SamplingParams(
-            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=seed
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            seed=seed,
+            **self.penalties(),
         )
 
     def include_usage(self) -> bool:
@@ -177,7 +202,7 @@ class CompletionBody(_OpenAISampling):
             raise UserInputError("echo is not supported by localspec", param="echo")
 
 
-class OllamaOptions(_Body):
+class OllamaOptions(Penalties):
     temperature: float | None = Field(None, ge=0.0, le=5.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
@@ -205,6 +230,7 @@ class OllamaOptions(_Body):
             top_p=d.top_p if self.top_p is None else self.top_p,
             min_p=d.min_p if self.min_p is None else self.min_p,
             seed=seed,
+            **self.penalties(),
         )
 
 

@@ -1,7 +1,7 @@
 """llama-server's own bodies, `/infill` (llama.vim, llama.vscode) and `/completion`, as engine requests.
 
 llama-server's own sampling defaults apply (temperature 0.8, top-k 40, top-p 0.95,
-min-p 0.05); `samplers` names the ones that run, so a chain without "temperature"
+min-p 0.05, no repetition penalty); `samplers` names the ones that run, so a chain without "temperature"
 samples the truncated distribution as it is, as llama-server's chain does.
 """
 
@@ -12,14 +12,15 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from localspec.errors import UserInputError
-from localspec.server.schemas import MAX_STOP, SpeculativeOptions, _Body, spec_params, stop_strings
+from localspec.server.schemas import MAX_STOP, Penalties, SpeculativeOptions, _Body, spec_params, stop_strings
 from localspec.types import FileChunk, GenerationRequest, SamplingParams, SpecParams
 
 # llama-server's sampler names (and one-letter forms) that localspec applies; the rest are
 # accepted and have no effect here ("infill" merges tokens sharing a prefix; localspec does not).
 _APPLIED = {"top_k": "top_k", "k": "top_k", "top_p": "top_p", "p": "top_p", "min_p": "min_p", "m": "min_p",
-            "temperature": "temperature", "t": "temperature"}  # fmt: skip
-_ACCEPTED = {"infill", "i", "typ_p", "typical_p", "y", "xtc", "x", "dry", "d", "penalties", "e",
+            "temperature": "temperature", "t": "temperature",
+            "penalties": "penalties", "e": "penalties"}  # fmt: skip
+_ACCEPTED = {"infill", "i", "typ_p", "typical_p", "y", "xtc", "x", "dry", "d",
              "top_n_sigma", "s"}  # fmt: skip
 MAX_EXTRA_CHUNKS = 256
 
@@ -31,7 +32,7 @@ class ExtraChunk(_Body):
     filename: str = "tmp"
 
 
-class LlamaServerBody(_Body):
+class LlamaServerBody(Penalties):
     """What /infill and /completion share: llama-server's generation and sampling fields."""
 
     model: str | None = None
@@ -79,6 +80,7 @@ class LlamaServerBody(_Body):
             top_p=self.top_p if runs("top_p") else 1.0,
             min_p=self.min_p if runs("min_p") else 0.0,
             seed=seed,
+            **(self.penalties() if runs("penalties") else {}),
         )
 
     def common(self, spec: SpecParams, unlimited: int) -> dict[str, Any]:
