@@ -65,6 +65,9 @@ class FileChunk:
     text: str
 
 
+# The most alternatives a request may ask to see beside each token's log-probability (OpenAI's and
+# Ollama's bound).
+MAX_TOP_LOGPROBS = 20
 # How many of the latest tokens the repetition penalties look at, unless a request says (llama.cpp's
 # and Ollama's default).
 REPEAT_LAST_N = 64
@@ -152,6 +155,9 @@ class GenerationRequest:
     # Structured output: the text must be JSON valid against this schema ({} any JSON value,
     # {"type": "object"} any object). Enforced at every token, speculation included.
     json_schema: Mapping[str, Any] | None = field(default=None, hash=False)
+    # Report each generated token's log-probability with this many of the most probable tokens
+    # beside it (0: the token's alone; at most MAX_TOP_LOGPROBS); None: none reported.
+    logprobs: int | None = None
 
 
 @dataclass
@@ -195,16 +201,32 @@ class GenerationStats:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log-probability where it was decided, under the target's own distribution: the
+    log-softmax of its raw logits, before penalties, grammar, temperature and truncation (what
+    llama-server and Ollama report). `top`: the most probable tokens there, most probable first.
+    `text` is the token's bytes as text, a special token's name where it renders as nothing."""
+
+    token: int
+    text: str
+    piece: bytes
+    logprob: float
+    top: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenChunk:
     """Text that became final in one step, with its token ids.
 
     `from_draft` counts how many of `token_ids` were drafted and accepted (the rest
-    came from the target itself), for colouring and live acceptance stats.
+    came from the target itself), for colouring and live acceptance stats. `logprobs`, one per
+    token id, where the request asked for them.
     """
 
     text: str
     token_ids: tuple[int, ...]
     from_draft: int = 0
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -217,3 +239,4 @@ class GenerationResult:
     stats: GenerationStats
     stop_string: str | None = None  # the request's stop string that ended it, if one did
     tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, where the request asked for them

@@ -76,7 +76,10 @@ def test_malformed_json_is_400(http: httpx.Client, body: bytes) -> None:
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"response_format": {"type": "json_schema"}}, "response_format"),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
-        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"repeat_penalty": 0}, "repeat_penalty"),
     ],
 )
 def test_bad_parameters_are_400_naming_the_param(

@@ -18,13 +18,14 @@ as many as reach its mass, and a distribution keeps only its support (`Dist`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from localspec.types import SamplingParams
+from localspec.types import SamplingParams, TokenLogprob
 
 FloatArray = npt.NDArray[np.floating]
 IdArray = npt.NDArray[np.intp]
@@ -135,6 +136,30 @@ def penalized(
     )
     out[ids] = seen
     return out
+
+
+def token_logprob(
+    logits: FloatArray, token: int, n_top: int, name: Callable[[int], bytes | str]
+) -> TokenLogprob:
+    """`token`'s log-probability under the softmax of `logits`, with the `n_top` most probable tokens
+    (ties by id). `name`: a token's bytes, or its text where it has none (a special token)."""
+    x = np.asarray(logits, dtype=np.float32)
+    top = float(x.max())
+    shifted = x - np.float32(top)
+    log_total = top + math.log(float(np.exp(shifted, out=shifted).sum(dtype=np.float64)))
+
+    def entry(t: int) -> TokenLogprob:
+        named = name(t)
+        piece = named if isinstance(named, bytes) else named.encode("utf-8")
+        text = named.decode("utf-8", errors="replace") if isinstance(named, bytes) else named
+        return TokenLogprob(t, text, piece, float(x[t]) - log_total)
+
+    alternatives: tuple[TokenLogprob, ...] = ()
+    if n_top > 0:
+        ids = _at_least(x, min(n_top, x.shape[0]))
+        order = np.lexsort((ids, -x[ids]))[:n_top]
+        alternatives = tuple(entry(int(t)) for t in ids[order])
+    return replace(entry(token), top=alternatives)
 
 
 def probabilities(logits: FloatArray, params: SamplingParams) -> npt.NDArray[np.float64]:

@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -31,10 +31,17 @@ import numpy.typing as npt
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter, Preparing
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import Draws, distribution, greedy_accept, penalized, sample_at
+from localspec.engine.sampling import Draws, distribution, greedy_accept, penalized, sample_at, token_logprob
 from localspec.engine.textstream import TextStream
 from localspec.errors import ContextOverflowError, RequestCancelledError
-from localspec.types import FinishReason, GenerationResult, GenerationStats, SamplingParams, TokenChunk
+from localspec.types import (
+    FinishReason,
+    GenerationResult,
+    GenerationStats,
+    SamplingParams,
+    TokenChunk,
+    TokenLogprob,
+)
 
 # Logit gap under which a batched verify's argmax is re-decided by a single-token decode.
 # Measured on Qwen2.5-Coder-1.5B Q4_K_M (CPU): batching moves the gap between the top two
@@ -117,6 +124,7 @@ class _Step:
     from_draft: int
     judged: int = 0
     examined: int = 1
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per new token, where asked
 
 
 @dataclass(frozen=True)
@@ -150,12 +158,14 @@ class Generation:
         time_limit_s: float | None = None,
         min_indent: int = 0,
         constraint: Constraint | None = None,
+        logprobs: int | None = None,
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
 
         `time_limit_s`: stop at the first newline past this many seconds of generation (or at
         once, past it, when a newline was already written), as llama-server's t_max_predict_ms.
         `constraint`: a grammar every generated token must follow.
+        `logprobs`: report each token's log-probability with this many alternatives (None: none).
         """
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
@@ -168,6 +178,9 @@ class Generation:
         self.params = params
         self.policy = policy
         self.constraint = constraint
+        self.logprobs = logprobs
+        self._decided: list[TokenLogprob] = []  # this step's tokens' log-probabilities, as decided
+        self._all_logprobs: list[TokenLogprob] = []
         self.cancel = cancel or threading.Event()
         # One uniform per position, from the seed: the target's draw and a draft model's guess there.
         self.draws = Draws(params.seed if params.seed is not None else secrets.randbits(63))
@@ -206,10 +219,12 @@ class Generation:
             self.stats.ttft_s = time.perf_counter() - t0
             self._close(t0)
             return
-        first = self._pick(self._shaped(self.target.logits(-1)), len(self.tokens))
+        raw = self.target.logits(-1)
+        first = self._pick(self._shaped(raw), len(self.tokens))
+        self._note(raw, first)
         if self.constraint is not None:
             self.constraint.accept(first)
-        yield from self._emit(_Step([first], 0), t0)
+        yield from self._emit(_Step([first], 0, logprobs=self._taken()), t0)
         while self.finish is None:
             if self.cancel.is_set():
                 self.finish = "cancelled"
@@ -317,7 +332,7 @@ class Generation:
         self.target.truncate(base + 1 + verdict.keep)
         self._count(verdict.judged, verdict.accepted)
         new_tokens = [*draft.tokens[: verdict.keep], verdict.next]
-        return _Step(new_tokens, verdict.accepted, verdict.judged, verdict.examined)
+        return _Step(new_tokens, verdict.accepted, verdict.judged, verdict.examined, self._taken())
 
     def _verify_sampled(self, draft: Draft) -> _Judgement:
         # Each position's distribution is computed when its token is judged: after a rejection the
@@ -326,25 +341,32 @@ class Generation:
         tokens, base = draft.tokens, len(self.tokens)
         for i, token in enumerate(tokens):
             # Kept where it is the token the target draws here (Draws: exactly the target's samples).
-            drawn = self._pick(self._shaped(self.target.logits(i), tokens[:i]), base + i)
+            raw = self.target.logits(i)
+            drawn = self._pick(self._shaped(raw, tokens[:i]), base + i)
+            self._note(raw, drawn)
             if drawn != token:
                 return _Judgement(i, drawn, len(tokens), i, i + 1)
             if self.constraint is not None:  # the grammar follows the accepted prefix
                 self.constraint.accept(token)
         n = len(tokens)
-        return _Judgement(n, self._pick(self._shaped(self.target.logits(n), tokens), base + n), n, n, n + 1)
+        raw = self.target.logits(n)
+        last = self._pick(self._shaped(raw, tokens), base + n)
+        self._note(raw, last)
+        return _Judgement(n, last, n, n, n + 1)
 
     def _verify_greedy(self, batch: Sequence[int], base: int) -> _Judgement:
         draft = batch[1:]
         choices: list[int] = []
         for i in range(len(batch)):
-            row = self._shaped(self.target.logits(i), draft[:i])
+            raw = self.target.logits(i)
+            row = self._shaped(raw, draft[:i])
             choice = int(row.argmax())
             # Fast loading makes no batch round like one-token decoding: a re-decide would cost a
             # decode and still not make the output exact, so near-ties are re-decided only when exact.
             if len(batch) > 1 and self.target.exact and _near_tie(row, choice):
                 return self._redecide(batch, base, i)
             choices.append(choice)
+            self._note(raw, choice)
             if i < len(draft) and draft[i] != choice:
                 break
             if i < len(draft) and self.constraint is not None:
@@ -360,7 +382,9 @@ class Generation:
         self._redecide_s += seconds
         self.stats.redecided += 1
         draft = batch[1:]
-        choice = int(self._shaped(self.target.logits(-1), draft[:i]).argmax())
+        raw = self.target.logits(-1)
+        choice = int(self._shaped(raw, draft[:i]).argmax())
+        self._note(raw, choice)
         judged = min(i + 1, len(draft))
         return _Judgement(i, choice, judged, i + int(i < len(draft) and draft[i] == choice), i + 1)
 
@@ -369,6 +393,18 @@ class Generation:
         it), as its sampler sees them: penalised for what came before, masked by the grammar."""
         logits = penalized(logits, self.params, self.tokens, ahead)
         return logits if self.constraint is None else self.constraint.mask(logits)
+
+    def _note(self, raw: npt.NDArray[np.float32], token: int) -> None:
+        """Where asked, the log-probability of `token`, decided from the target's `raw` logits (read
+        now: the next decode overwrites them)."""
+        if self.logprobs is not None:
+            name = lambda t: self.target.piece(t) or self.target.token_text(t)  # noqa: E731
+            self._decided.append(token_logprob(raw, token, self.logprobs, name))
+
+    def _taken(self) -> list[TokenLogprob]:
+        """The log-probabilities noted since the last step, in the order its tokens were decided."""
+        taken, self._decided = self._decided, []
+        return taken
 
     def _pick(self, logits: npt.NDArray[np.float32], position: int) -> int:
         if self.params.greedy:
@@ -397,6 +433,8 @@ class Generation:
                 self.finish = "stop"
                 break
             kept.append(token)
+            if step.logprobs:
+                self._all_logprobs.append(step.logprobs[len(kept) - 1])
             self.generated.append(token)
             self.tokens.append(token)
             text += self.stream.push(self.target.piece(token))
@@ -411,7 +449,8 @@ class Generation:
         if kept and self.stats.ttft_s == 0.0:
             self.stats.ttft_s = time.perf_counter() - t0
         if kept or text:
-            yield TokenChunk(text, tuple(kept), min(step.from_draft, len(kept)))
+            noted = tuple(step.logprobs[: len(kept)])
+            yield TokenChunk(text, tuple(kept), min(step.from_draft, len(kept)), noted)
 
     def _out_of_time(self, text: str, t0: float) -> bool:
         if self.time_limit_s is None or not self.stats.ttft_s:
@@ -431,7 +470,12 @@ class Generation:
         st.mean_k = self._drafted_total / drafted_steps if drafted_steps else 0.0
         st.python_s = max(0.0, st.elapsed_s - st.target_s - st.draft_s)
         self.result = GenerationResult(
-            self.stream.text, tuple(self.generated), self.finish or "stop", st, self.stream.matched
+            self.stream.text,
+            tuple(self.generated),
+            self.finish or "stop",
+            st,
+            self.stream.matched,
+            logprobs=tuple(self._all_logprobs),
         )
 
 

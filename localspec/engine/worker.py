@@ -428,6 +428,7 @@ class Engine:
             time_limit_s=req.time_limit_s,
             min_indent=req.min_indent,
             constraint=constraint,
+            logprobs=req.logprobs,
         )
         gen.stats.fallback_reason = reason
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None

@@ -9,6 +9,7 @@ a body only if it matches `"content"\\s*:"`, so the JSON stays compact (no space
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from localspec.errors import LocalspecError, UserInputError
+from localspec.server.logprobs import llama_server_probs
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_llamaserver import (
@@ -28,7 +30,7 @@ from localspec.server.schemas_llamaserver import (
 )
 from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
-from localspec.types import GenerationResult, TokenChunk
+from localspec.types import GenerationResult, TokenChunk, TokenLogprob
 
 
 class LlamaServerFormat:
@@ -36,11 +38,15 @@ class LlamaServerFormat:
 
     media_type = "text/event-stream"
 
-    def __init__(self, model: str, n_ctx: int, fields: list[str] | None) -> None:
+    def __init__(self, model: str, n_ctx: int, fields: list[str] | None, probs: bool = False) -> None:
         self.model = model
         self.n_ctx = n_ctx
         self.fields = fields
+        self.probs = probs  # n_probs asked: each token's log-probability, in the frame it goes out in
         self._predicted = 0
+
+    def _probs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
+        return {"completion_probabilities": llama_server_probs(logprobs)} if self.probs else {}
 
     @staticmethod
     def _sse(data: dict[str, Any], event: str = "data") -> bytes:
@@ -55,6 +61,7 @@ class LlamaServerFormat:
             "stop": False,
             "id_slot": 0,
             "tokens_predicted": self._predicted,
+            **self._probs(chunk.logprobs),
         }
         return self._sse(body)
 
@@ -66,7 +73,7 @@ class LlamaServerFormat:
         return self._sse({"code": exc.http_status, "message": exc.message, "type": exc.error_type}, "error")
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
-        return pick_fields(self._body(result), self.fields)
+        return pick_fields({**self._body(result), **self._probs(result.logprobs)}, self.fields)
 
     def _body(self, result: GenerationResult) -> dict[str, Any]:
         stats = result.stats
@@ -111,7 +118,7 @@ async def infill(request: Request) -> Response:
     model = state.model_name
     await anyio.to_thread.run_sync(_check_fim, state)
     greq = infill_request(body, state.spec_default, state.unlimited)
-    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
+    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields, body.n_probs > 0)
     return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
@@ -120,7 +127,7 @@ async def completion(request: Request) -> Response:
     state = await server_state(request).use(request, body.model or None)
     model = state.model_name
     greq = completion_request(body, state.spec_default, state.unlimited)
-    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields)
+    fmt = LlamaServerFormat(model, state.unlimited, body.response_fields, body.n_probs > 0)
     return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 

@@ -6,6 +6,7 @@ streams unless the body says `"stream": false`. Durations are nanoseconds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from starlette.routing import Route
 
 from localspec.errors import LocalspecError
 from localspec.keepalive import parse_keep_alive
+from localspec.server.logprobs import chat_entries
 from localspec.server.pool import DEFAULT
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import (
@@ -28,7 +30,7 @@ from localspec.server.schemas import (
 from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import ollama_tool_calls
-from localspec.types import GenerationResult, GenerationStats, TokenChunk
+from localspec.types import GenerationResult, GenerationStats, TokenChunk, TokenLogprob
 
 # Plugins gate features on Ollama's version; this is the API level the routes here follow.
 OLLAMA_COMPAT_VERSION = "0.9.0"
@@ -55,9 +57,13 @@ class OllamaFormat:
 
     media_type = "application/x-ndjson"
 
-    def __init__(self, model: str, chat: bool) -> None:
+    def __init__(self, model: str, chat: bool, logprobs: bool = False) -> None:
         self.model = model
         self.chat = chat
+        self.logprobs = logprobs
+
+    def _logprobs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
+        return {"logprobs": chat_entries(logprobs)} if self.logprobs else {}
 
     def _text(self, text: str, result: GenerationResult | None = None) -> dict[str, Any]:
         if not self.chat:
@@ -68,7 +74,13 @@ class OllamaFormat:
         return {"message": message}
 
     def chunk(self, chunk: TokenChunk) -> bytes:
-        body = {"model": self.model, "created_at": _now(), **self._text(chunk.text), "done": False}
+        body = {
+            "model": self.model,
+            "created_at": _now(),
+            **self._text(chunk.text),
+            **self._logprobs(chunk.logprobs),
+            "done": False,
+        }
         return json_bytes(body) + b"\n"
 
     def _done(self, result: GenerationResult, text: str) -> dict[str, Any]:
@@ -94,7 +106,7 @@ class OllamaFormat:
         return json_bytes({"error": exc.message}) + b"\n"
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
-        return self._done(result, result.text)
+        return {**self._done(result, result.text), **self._logprobs(result.logprobs)}
 
 
 def _loaded(model: str, text: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +143,9 @@ async def chat(request: Request) -> Response:
         return JSONResponse(_loaded(model, {"message": {"role": "assistant", "content": ""}}))
     greq = ollama_chat_request(body, state.spec_default, state.unlimited)
     return await respond(
-        await state.start(request, greq, body.stream), body.stream, OllamaFormat(model, chat=True)
+        await state.start(request, greq, body.stream),
+        body.stream,
+        OllamaFormat(model, chat=True, logprobs=body.logprobs),
     )
 
 
@@ -145,7 +159,9 @@ async def generate(request: Request) -> Response:
         return JSONResponse(_loaded(model, {"response": ""}))
     greq = ollama_generate_request(body, state.spec_default, state.unlimited)
     return await respond(
-        await state.start(request, greq, body.stream), body.stream, OllamaFormat(model, chat=False)
+        await state.start(request, greq, body.stream),
+        body.stream,
+        OllamaFormat(model, chat=False, logprobs=body.logprobs),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from starlette.routing import Route
 
 from localspec.errors import LocalspecError
 from localspec.server.catalog import ServedModel
+from localspec.server.logprobs import chat_entries, legacy_lists
 from localspec.server.responses import finish_reason, json_bytes, openai_error_body, stats_fields
 from localspec.server.schemas import (
     ChatCompletionBody,
@@ -28,7 +30,7 @@ from localspec.server.schemas import (
 from localspec.server.state import server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import openai_tool_calls
-from localspec.types import GenerationResult, TokenChunk
+from localspec.types import GenerationResult, TokenChunk, TokenLogprob
 
 
 class OpenAIFormat:
@@ -36,10 +38,12 @@ class OpenAIFormat:
 
     media_type = "text/event-stream"
 
-    def __init__(self, model: str, chat: bool, include_usage: bool) -> None:
+    def __init__(self, model: str, chat: bool, include_usage: bool, logprobs: bool = False) -> None:
         self.model = model
         self.chat = chat
         self.include_usage = include_usage
+        self.logprobs = logprobs
+        self._offset = 0  # a streamed completion's text so far, where its tokens' offsets count from
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
@@ -49,15 +53,32 @@ class OpenAIFormat:
         obj = f"{self.object}.chunk" if streamed and self.chat else self.object
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+    def _choice(
+        self, text: str | None, finish: str | None, logprobs: Sequence[TokenLogprob] = ()
+    ) -> dict[str, Any]:
         if not self.chat:
-            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {
+                "index": 0,
+                "text": text or "",
+                "logprobs": self._logprobs(logprobs),
+                "finish_reason": finish,
+            }
         # A step whose text is held back (a tool call being written) sends no content.
         delta: dict[str, Any] = {"content": text} if text else {}
         if not self._role_sent:
             delta["role"] = "assistant"
             self._role_sent = True
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "delta": delta, "logprobs": self._logprobs(logprobs), "finish_reason": finish}
+
+    def _logprobs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+        """choices[].logprobs where asked: chat's `content` entries, or text completions' lists."""
+        if not self.logprobs:
+            return None
+        if self.chat:
+            return {"content": chat_entries(logprobs), "refusal": None}
+        lists = legacy_lists(logprobs, self._offset)
+        self._offset += sum(len(lp.text) for lp in logprobs)
+        return lists
 
     @staticmethod
     def _sse(data: dict[str, Any]) -> bytes:
@@ -66,9 +87,8 @@ class OpenAIFormat:
     def chunk(self, chunk: TokenChunk) -> bytes:
         # localspec extension: token ids and how many came from the draft, for live acceptance views.
         extra = {"token_ids": list(chunk.token_ids), "from_draft": chunk.from_draft}
-        return self._sse(
-            {**self._head(True), "choices": [self._choice(chunk.text, None)], "localspec": extra}
-        )
+        choice = self._choice(chunk.text, None, chunk.logprobs)
+        return self._sse({**self._head(True), "choices": [choice], "localspec": extra})
 
     def final(self, result: GenerationResult) -> bytes:
         frames = []
@@ -77,7 +97,8 @@ class OpenAIFormat:
             calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
             choice = {"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}
             frames.append(self._sse({**self._head(True), "choices": [choice]}))
-        body = {**self._head(True), "choices": [self._choice(None, finish_reason(result))]}
+        last = {**self._choice(None, finish_reason(result)), "logprobs": None}  # each token's went with it
+        body = {**self._head(True), "choices": [last]}
         frames.append(self._sse({**body, **stats_fields(result.stats)}))
         if self.include_usage:
             frames.append(self._sse({**self._head(True), "choices": [], "usage": _usage(result)}))
@@ -93,9 +114,14 @@ class OpenAIFormat:
             if result.tool_calls:
                 message["content"] = result.text or None
                 message["tool_calls"] = self._tool_calls(result)
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            choice = {
+                "index": 0,
+                "message": message,
+                "logprobs": self._logprobs(result.logprobs),
+                "finish_reason": finish,
+            }
         else:
-            choice = {"index": 0, "text": result.text, "logprobs": None, "finish_reason": finish}
+            choice = self._choice(result.text, finish, result.logprobs)
         return {
             **self._head(False),
             "choices": [choice],
@@ -118,7 +144,7 @@ async def chat_completions(request: Request) -> Response:
     state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = chat_request(body, state.spec_default, state.unlimited)
-    fmt = OpenAIFormat(model, chat=True, include_usage=body.include_usage())
+    fmt = OpenAIFormat(model, chat=True, include_usage=body.include_usage(), logprobs=body.logprobs)
     return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
@@ -127,7 +153,9 @@ async def completions(request: Request) -> Response:
     state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = completion_request(body, state.spec_default, state.unlimited)
-    fmt = OpenAIFormat(model, chat=False, include_usage=body.include_usage())
+    fmt = OpenAIFormat(
+        model, chat=False, include_usage=body.include_usage(), logprobs=body.logprobs is not None
+    )
     return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 

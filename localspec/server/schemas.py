@@ -3,7 +3,7 @@
 Each body turns into one `GenerationRequest`; nothing here knows HTTP routing
 or the engine. Unknown fields are ignored, as OpenAI and Ollama clients send
 many the daemon has no use for; fields the daemon cannot honour (images,
-n > 1, logprobs) are refused rather than silently dropped. Tool and structured-output
+n > 1) are refused rather than silently dropped. Tool and structured-output
 bodies are in `toolschemas`.
 """
 
@@ -26,7 +26,15 @@ from localspec.server.toolschemas import (
     tool_choice,
     tool_specs,
 )
-from localspec.types import REPEAT_LAST_N, ChatMessage, GenerationRequest, Method, SamplingParams, SpecParams
+from localspec.types import (
+    MAX_TOP_LOGPROBS,
+    REPEAT_LAST_N,
+    ChatMessage,
+    GenerationRequest,
+    Method,
+    SamplingParams,
+    SpecParams,
+)
 
 M = TypeVar("M", bound=BaseModel)
 MAX_STOP = 16
@@ -125,7 +133,6 @@ class _OpenAISampling(Penalties):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, description="Only one choice per request.")
-    logprobs: bool | None = Field(None, description="Not supported; must be absent or false.")
     speculative: SpeculativeOptions | None = None
     cache_prompt: bool = Field(
         True,
@@ -148,8 +155,6 @@ class _OpenAISampling(Penalties):
         return self.stream_options is not None and self.stream_options.include_usage
 
     def check_supported(self) -> None:
-        if self.logprobs:
-            raise UserInputError("logprobs are not supported by localspec", param="logprobs")
         if self.n > 1:
             raise UserInputError(ONE_CHOICE, param="n")
         if self.max_tokens == 0:
@@ -173,9 +178,18 @@ class ChatCompletionBody(_OpenAISampling):
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     functions: list[dict[str, Any]] | None = Field(None, description="Deprecated by OpenAI; use tools.")
+    logprobs: bool = Field(False, description="Each token's log-probability in choices[].logprobs.")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description="The most probable tokens beside each (with logprobs)."
+    )
+
+    def logprobs_asked(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def check_supported(self) -> None:
         super().check_supported()
+        if self.top_logprobs and not self.logprobs:
+            raise UserInputError("top_logprobs needs logprobs: true", param="top_logprobs")
         if self.functions:
             raise UserInputError(
                 "`functions` is deprecated and not supported; send `tools`", param="functions"
@@ -188,6 +202,9 @@ class CompletionBody(_OpenAISampling):
     prompt: str | list[str]
     suffix: str | None = None
     echo: bool = False
+    logprobs: int | None = Field(
+        None, ge=0, le=MAX_TOP_LOGPROBS, description="Token log-probabilities, with this many alternatives."
+    )
 
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
@@ -255,6 +272,13 @@ class _OllamaBody(_Body):
         None, description="Accepted (a number of seconds or a duration like 5m); the model stays loaded."
     )
     speculative: SpeculativeOptions | None = None
+    logprobs: bool = Field(False, description="Each token's log-probability in `logprobs`.")
+    top_logprobs: int = Field(
+        0, ge=0, le=MAX_TOP_LOGPROBS, description="The most probable tokens beside each."
+    )
+
+    def logprobs_asked(self) -> int | None:
+        return self.top_logprobs if self.logprobs else None
 
     @field_validator("keep_alive")
     @classmethod
@@ -349,6 +373,7 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         tool_choice=tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls,
         json_schema=body.response_format.output_schema() if body.response_format else None,
+        logprobs=body.logprobs_asked(),
     )
 
 
@@ -362,6 +387,7 @@ def completion_request(body: CompletionBody, spec: SpecParams, unlimited: int) -
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
         cache_prompt=body.cache_prompt,
+        logprobs=body.logprobs,
     )
 
 
@@ -381,6 +407,7 @@ def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) 
         speculative=spec_params(body.speculative, spec),
         tools=tool_specs(body.tools),
         json_schema=ollama_format_schema(body.format),
+        logprobs=body.logprobs_asked(),
     )
 
 
@@ -395,6 +422,7 @@ def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimite
         "sampling": body.options.sampling(),
         "speculative": spec_params(body.speculative, spec),
         "json_schema": ollama_format_schema(body.format),
+        "logprobs": body.logprobs_asked(),
     }
     if body.suffix:
         return GenerationRequest(prompt=prompt, suffix=body.suffix, **common)

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from localspec.errors import UserInputError
 from localspec.server.schemas import MAX_STOP, Penalties, SpeculativeOptions, _Body, spec_params, stop_strings
-from localspec.types import FileChunk, GenerationRequest, SamplingParams, SpecParams
+from localspec.types import MAX_TOP_LOGPROBS, FileChunk, GenerationRequest, SamplingParams, SpecParams
 
 # llama-server's sampler names (and one-letter forms) that localspec applies; the rest are
 # accepted and have no effect here ("infill" merges tokens sharing a prefix; localspec does not).
@@ -52,11 +52,19 @@ class LlamaServerBody(Penalties):
     n_cmpl: int = Field(1, ge=1, description="Completions per request; only 1.")
     n_indent: int = Field(0, ge=0, description="End before a new line indented less than this.")
     speculative: SpeculativeOptions | None = None
+    n_probs: int = Field(
+        0, ge=0, le=MAX_TOP_LOGPROBS, description="Each token's log-probability with this many alternatives."
+    )
+    post_sampling_probs: bool = Field(False, description="Only false: the model's own log-probabilities.")
 
     @model_validator(mode="after")
     def _one_completion(self) -> LlamaServerBody:
         if self.n_cmpl > 1:
             raise ValueError("only one completion per request is supported (n_cmpl 1)")
+        if self.post_sampling_probs:
+            raise ValueError(
+                "post_sampling_probs is not supported: n_probs reports the model's own log-probabilities"
+            )
         return self
 
     def sampler_names(self) -> set[str] | None:
@@ -93,6 +101,7 @@ class LlamaServerBody(Penalties):
             "sampling": self.sampling(),
             "speculative": spec_params(self.speculative, spec),
             "cache_prompt": self.cache_prompt,
+            "logprobs": self.n_probs or None,
         }
 
 

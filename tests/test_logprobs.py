@@ -1,0 +1,213 @@
+"""Token log-probabilities: the target's own, whichever method decoded the reply.
+
+Checked against a float64 log-softmax of the target alone's logits, one token at a time, for every
+method; streamed with each chunk's tokens; and through the API with the real `openai` and `ollama`
+packages and llama-server's `n_probs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+from daemonproc import Daemon, start_daemon
+from test_engine import PROMPTS, TINY, make_engine, run
+
+from localspec.engine.llama import LlamaModel
+from localspec.engine.sampling import token_logprob
+from localspec.engine.worker import Engine
+from localspec.types import GenerationRequest, SamplingParams, SpecParams, TokenLogprob
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _log_softmax(row: np.ndarray) -> np.ndarray:
+    x = row.astype(np.float64)
+    return x - (x.max() + np.log(np.exp(x - x.max()).sum()))
+
+
+def test_a_token_logprob_is_the_log_softmax_with_the_most_probable_beside_it() -> None:
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal(5000) * 3).astype(np.float32)
+    logits[[10, 20]] = logits.max() + 1  # a tie for the top: by id
+    lp = token_logprob(logits, 42, 4, lambda t: f"t{t}".encode())
+    want = _log_softmax(logits)
+    assert (lp.token, lp.text, lp.piece) == (42, "t42", b"t42")
+    assert lp.logprob == pytest.approx(want[42], abs=1e-5)
+    assert [t.token for t in lp.top] == [10, 20, *np.argsort(-want)[2:4].tolist()]
+    assert [t.logprob for t in lp.top] == pytest.approx(np.sort(want)[::-1][:4].tolist(), abs=1e-5)
+    # A special token renders as nothing: its name stands for it.
+    assert token_logprob(logits, 1, 0, lambda t: "<|end|>").text == "<|end|>"
+    assert token_logprob(logits, 1, 0, lambda t: b"x").top == ()
+
+
+@pytest.fixture(scope="module")
+def perfect(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
+    with make_engine(tiny_target, tiny_perfect_draft) as engine:
+        yield engine
+
+
+def _alone(model: LlamaModel, prompt: str, tokens: tuple[int, ...]) -> list[float]:
+    """The target alone's float64 log-probability of each token, decoded one at a time."""
+    model.reset()
+    model.decode(model.tokenize(prompt), 1)
+    out = []
+    for token in tokens:
+        out.append(float(_log_softmax(model.logits(-1).copy())[token]))
+        model.decode([token], 1)
+    return out
+
+
+@pytest.mark.parametrize("method", ["none", "draft", "ngram", "layerskip", "auto"])
+def test_each_tokens_logprob_is_the_target_alones_for_every_method(
+    perfect: Engine, tiny_target: Path, method: str
+) -> None:
+    model = LlamaModel(tiny_target, TINY)
+    try:
+        drafted = 0
+        for prompt in PROMPTS[:4]:
+            result = run(perfect, prompt, method, 4, max_tokens=24, logprobs=3)  # type: ignore[arg-type]
+            assert [lp.token for lp in result.logprobs] == list(result.token_ids)
+            alone = _alone(model, prompt, result.token_ids)
+            # Up to the batched kernels' rounding (a verify's rows are not one-token decodes').
+            assert [lp.logprob for lp in result.logprobs] == pytest.approx(alone, abs=2e-3)
+            for lp in result.logprobs:
+                assert len(lp.top) == 3 and lp.top[0].token == lp.token  # greedy: the most probable
+            drafted += result.stats.drafted
+        if method in ("draft", "layerskip"):
+            assert drafted > 0  # decided in batched verifies
+    finally:
+        model.close()
+
+
+def test_streamed_chunks_carry_their_tokens_logprobs(perfect: Engine) -> None:
+    request = GenerationRequest(
+        prompt=PROMPTS[2], max_tokens=32, speculative=SpecParams("draft", 4), logprobs=1
+    )
+    handle = perfect.submit(request)
+    chunks = list(handle)
+    assert handle.result is not None
+    assert all(len(c.logprobs) == len(c.token_ids) for c in chunks)
+    assert tuple(lp for c in chunks for lp in c.logprobs) == handle.result.logprobs
+    assert run(perfect, PROMPTS[2], "draft", max_tokens=8).logprobs == ()  # not asked: none
+
+
+def test_a_sampled_tokens_logprob_is_of_the_token_drawn(perfect: Engine) -> None:
+    params = SamplingParams(temperature=1.0, seed=5)
+    result = run(perfect, PROMPTS[0], "draft", 4, max_tokens=24, sampling=params, logprobs=0)
+    assert [lp.token for lp in result.logprobs] == list(result.token_ids)
+    assert all(lp.logprob <= 0.0 and lp.top == () for lp in result.logprobs)
+
+
+# Through the API.
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, tiny_target: Path, tiny_perfect_draft: Path
+) -> Iterator[Daemon]:
+    d = start_daemon(
+        tmp_path_factory.mktemp("logprobs-home"), tiny_target, "--draft", str(tiny_perfect_draft)
+    )
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+def _engine_logprobs(perfect: Engine, prompt: str, n: int) -> tuple[TokenLogprob, ...]:
+    return run(perfect, prompt, "none", max_tokens=n, logprobs=2).logprobs
+
+
+def test_openai_chat_logprobs_whole_and_streamed(daemon: Daemon) -> None:
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "one two"}]
+    with daemon.openai() as client:
+        whole = client.chat.completions.create(
+            model="tiny-target",
+            messages=messages,
+            max_tokens=12,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=2,
+        )
+        choice = whole.choices[0]
+        assert choice.logprobs is not None and choice.logprobs.content is not None
+        content = choice.logprobs.content
+        assert whole.usage is not None and len(content) == whole.usage.completion_tokens
+        assert "".join(e.token for e in content) == choice.message.content
+        for e in content:
+            assert len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token
+            assert e.logprob <= 0 and bytes(e.bytes or []).decode() == e.token
+        stream = client.chat.completions.create(
+            model="tiny-target",
+            messages=messages,
+            max_tokens=12,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,
+        )
+        streamed = [
+            e for chunk in stream for c in chunk.choices if c.logprobs for e in c.logprobs.content or []
+        ]
+        # The same tokens; their values up to rounding (each request's steps batch their own way).
+        assert [e.token for e in streamed] == [e.token for e in content]
+        assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-2)
+        plain = client.chat.completions.create(model="tiny-target", messages=messages, max_tokens=4)
+        assert plain.choices[0].logprobs is None
+        with pytest.raises(openai.BadRequestError, match="top_logprobs needs logprobs"):
+            client.chat.completions.create(
+                model="tiny-target", messages=messages, max_tokens=4, top_logprobs=2
+            )
+
+
+def test_openai_completions_logprobs_lists(daemon: Daemon) -> None:
+    with daemon.openai() as client:
+        out = client.completions.create(
+            model="tiny-target", prompt="one two three", max_tokens=10, temperature=0, logprobs=2
+        )
+    lp = out.choices[0].logprobs
+    assert lp is not None and lp.tokens and lp.token_logprobs and lp.top_logprobs and lp.text_offset
+    assert "".join(lp.tokens) == out.choices[0].text
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    assert all(
+        len(top) <= 2 and max(top.values()) >= p - 1e-6
+        for top, p in zip(lp.top_logprobs, lp.token_logprobs, strict=True)
+    )
+
+
+def test_ollama_logprobs(daemon: Daemon) -> None:
+    with daemon.ollama() as client:
+        out = client.generate(
+            model="tiny-target",
+            prompt="one two",
+            raw=True,
+            options={"temperature": 0, "num_predict": 10},
+            logprobs=True,
+            top_logprobs=3,
+        )
+        assert out.logprobs is not None and "".join(e.token for e in out.logprobs) == out.response
+        assert all(e.top_logprobs is not None and len(e.top_logprobs) == 3 for e in out.logprobs)
+        chunks = client.chat(
+            model="tiny-target",
+            messages=[{"role": "user", "content": "one two"}],
+            stream=True,
+            options={"temperature": 0, "num_predict": 10},
+            logprobs=True,
+        )
+        entries = [e for c in chunks for e in c.logprobs or []]
+        assert entries and all(e.logprob <= 0 for e in entries)
+        assert client.generate(model="tiny-target", prompt="x", options={"num_predict": 2}).logprobs is None
+
+
+def test_llama_server_n_probs(daemon: Daemon) -> None:
+    with daemon.http() as http:
+        body = http.post(
+            "/completion", json={"prompt": "one two", "n_predict": 8, "n_probs": 2, "temperature": 0}
+        ).json()
+        probs = body["completion_probabilities"]
+        assert len(probs) == body["tokens_predicted"] and all(len(p["top_logprobs"]) == 2 for p in probs)
+        assert probs[0]["top_logprobs"][0]["id"] == probs[0]["id"]
+        refused = http.post("/completion", json={"prompt": "x", "n_probs": 2, "post_sampling_probs": True})
+        assert refused.status_code == 400 and "post_sampling_probs" in refused.text
