@@ -80,6 +80,7 @@ class SamplingParams:
     The penalties are llama.cpp's: over the last `repeat_last_n` tokens (-1: every one; 0: none), a
     token seen there has its logit divided by `repeat_penalty` (multiplied where not positive) and
     lowered by its count times `frequency_penalty` plus `presence_penalty`, greedy decoding included.
+    `logit_bias` is added before them, as llama.cpp's chain does.
     """
 
     temperature: float = 0.0
@@ -91,6 +92,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     repeat_last_n: int = REPEAT_LAST_N
+    # (token id, bias) pairs added to the logits first (OpenAI's logit_bias; -inf bans a token).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
     def greedy(self) -> bool:

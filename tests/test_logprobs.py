@@ -211,3 +211,21 @@ def test_llama_server_n_probs(daemon: Daemon) -> None:
         assert probs[0]["top_logprobs"][0]["id"] == probs[0]["id"]
         refused = http.post("/completion", json={"prompt": "x", "n_probs": 2, "post_sampling_probs": True})
         assert refused.status_code == 400 and "post_sampling_probs" in refused.text
+
+
+def test_logit_bias_bans_the_first_choice_through_the_openai_client(daemon: Daemon) -> None:
+    # The ids of the two most probable first tokens, from llama-server's n_probs.
+    with daemon.http() as http:
+        plain = {"prompt": "one two", "n_predict": 1, "n_probs": 2, "temperature": 0}
+        top = http.post("/completion", json=plain).json()["completion_probabilities"][0]["top_logprobs"]
+    with daemon.openai() as client:
+        out = client.completions.create(
+            model="tiny-target",
+            prompt="one two",
+            max_tokens=3,
+            temperature=0,
+            logprobs=0,
+            logit_bias={str(top[0]["id"]): -100},
+        )
+    lp = out.choices[0].logprobs
+    assert lp is not None and lp.tokens is not None and lp.tokens[0] == top[1]["token"]

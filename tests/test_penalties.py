@@ -7,6 +7,7 @@ penalised reply is the target alone's, whatever drafted it), and through the API
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from test_engine import PROMPTS, TINY, make_engine, run
 
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import distribution, penalized, sample_at
+from localspec.engine.sampling import adjusted, distribution, sample_at
 from localspec.engine.worker import Engine
 from localspec.errors import UserInputError
 from localspec.server.schemas import ChatCompletionBody, OllamaChatBody, parse_body
@@ -59,7 +60,7 @@ def test_the_penalties_are_llama_cpps(params: SamplingParams) -> None:
     logits = (rng.standard_normal(2000) * 4).astype(np.float32)
     sequence = [int(t) for t in rng.integers(0, 60, size=90)]  # repeats within and past the window
     for before, ahead in ((sequence, []), (sequence[:80], sequence[80:]), ([], sequence[:5])):
-        got = penalized(logits, params, before, ahead)
+        got = adjusted(logits, params, before, ahead)
         want = llama_cpp_penalized(logits, [*before, *ahead], params)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
         assert not np.array_equal(got, logits)
@@ -71,9 +72,9 @@ def test_the_penalties_are_llama_cpps(params: SamplingParams) -> None:
 def test_no_penalty_leaves_the_logits_as_they_are() -> None:
     logits = np.arange(10, dtype=np.float32)
     for params in (SamplingParams(), SamplingParams(repeat_penalty=2.0, repeat_last_n=0)):
-        assert penalized(logits, params, [1, 1, 2]) is logits
+        assert adjusted(logits, params, [1, 1, 2]) is logits
     # A token past the vocabulary (a draft model's may be shorter than the target's) is left out.
-    out = penalized(logits, SamplingParams(presence_penalty=1.0), [3, 12])
+    out = adjusted(logits, SamplingParams(presence_penalty=1.0), [3, 12])
     assert out[3] == 2.0 and np.delete(out, 3).tolist() == np.delete(logits, 3).tolist()
 
 
@@ -83,7 +84,7 @@ def test_a_penalty_past_float32s_range_leaves_every_logit_finite() -> None:
     logits = np.array([3.0, -1.0, 2.0, 0.5], dtype=np.float32)
     params = SamplingParams(temperature=2.0, repeat_penalty=1e-300, frequency_penalty=2.0)
     with np.errstate(over="raise", invalid="raise", divide="raise"):
-        out = penalized(logits, params, [0, 1])
+        out = adjusted(logits, params, [0, 1])
         assert np.isfinite(out).all() and int(out.argmax()) == 0
         assert sample_at(distribution(out, params), 0.99) == 0
 
@@ -167,3 +168,40 @@ def test_the_bodies_carry_the_penalties_by_their_clients_names() -> None:
                 b'{"model": "m", "messages": [{"role": "user", "content": "x"}], ' + bad + b"}",
                 ChatCompletionBody,
             )
+
+
+# Logit bias: added to the logits before the penalties, as llama.cpp's chain does.
+
+
+def test_a_banned_first_choice_gives_the_second_for_every_method(perfect: Engine) -> None:
+    prompt = PROMPTS[1]
+    ranked = run(perfect, prompt, "none", max_tokens=1, logprobs=2).logprobs[0].top
+    first, second = ranked[0].token, ranked[1].token
+    banned = SamplingParams(logit_bias=((first, -math.inf),))
+    base = run(perfect, prompt, "none", max_tokens=16, sampling=banned)
+    assert base.token_ids[0] == second and first not in base.token_ids
+    for method in ("draft", "ngram", "layerskip", "auto"):
+        assert run(perfect, prompt, method, 4, max_tokens=16, sampling=banned).token_ids == base.token_ids
+    pushed = SamplingParams(logit_bias=((second, 100.0),))
+    assert set(run(perfect, prompt, "draft", 4, max_tokens=8, sampling=pushed).token_ids) == {second}
+
+
+def test_a_bias_outside_the_vocabulary_is_refused(perfect: Engine) -> None:
+    with pytest.raises(UserInputError, match="outside this model's"):
+        run(perfect, "x", "none", max_tokens=2, sampling=SamplingParams(logit_bias=((10**7, 1.0),)))
+
+
+def test_the_bodies_carry_the_logit_bias() -> None:
+    body = (
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": -100, "7": 2.5}}'
+    )
+    assert parse_body(body, ChatCompletionBody).sampling().logit_bias == ((5, -100.0), (7, 2.5))
+    server = LlamaServerBody.model_validate({"logit_bias": [[5, False], [9, 1]]}).sampling()
+    assert server.logit_bias == ((5, -math.inf), (9, 1.0))
+    for bad in (b'{"x": 1}', b'{"5": 101}', b'{"5": true}'):
+        with pytest.raises(UserInputError) as caught:
+            raw = (
+                b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": ' + bad + b"}"
+            )
+            parse_body(raw, ChatCompletionBody).sampling()
+        assert caught.value.param == "logit_bias"

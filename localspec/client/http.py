@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -331,6 +332,8 @@ def _request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str
         "frequency_penalty": s.frequency_penalty,
         "presence_penalty": s.presence_penalty,
         "repeat_last_n": s.repeat_last_n,
+        # A banned token (-inf) as llama-server's `false`: JSON has no infinity.
+        "logit_bias": {str(t): (False if b == -math.inf else b) for t, b in s.logit_bias},
         "stop": list(request.stop),
         "stream": True,
         "speculative": {"method": request.speculative.method, "k": request.speculative.k},

@@ -36,7 +36,7 @@ TOP_P_FIRST = 64
 NEAR = 64
 # A draw over the whole vocabulary finds its block of this many tokens first, then the token in it.
 BLOCK = 1024
-# The largest logit a penalty leaves (see `penalized`).
+# The largest logit a penalty leaves (see `adjusted`).
 LOGIT_BOUND = np.float32(1e30)
 
 
@@ -103,16 +103,19 @@ def distribution(logits: FloatArray, params: SamplingParams) -> Dist:
     return Dist(ids, probs, 1.0, size)
 
 
-def penalized(
+def adjusted(
     logits: npt.NDArray[np.float32], params: SamplingParams, before: Sequence[int], ahead: Sequence[int] = ()
 ) -> npt.NDArray[np.float32]:
-    """`logits` with the repetition penalties of the position after `before` + `ahead` applied, as
-    llama.cpp's penalties sampler applies them (llama_sampler_penalties_apply), in float32.
+    """`logits` with the request's logit bias and the repetition penalties of the position after
+    `before` + `ahead` applied, as llama.cpp's logit-bias and penalties samplers apply them
+    (llama_sampler_penalties_apply), in float32.
 
     The window is the sequence's last repeat_last_n tokens, the prompt's included (llama-server
     feeds its sampler the prompt). In a verify, `ahead` is the draft before the position judged: a
     drafted token is judged as the target alone judges it after the tokens before it. A copy where
     anything changes: the logits passed in are llama.cpp's own buffer."""
+    if params.logit_bias:
+        logits = _biased(logits, params.logit_bias)
     if not params.penalized:
         return logits
     n = params.repeat_last_n if params.repeat_last_n > 0 else len(before) + len(ahead)
@@ -160,6 +163,16 @@ def token_logprob(
         order = np.lexsort((ids, -x[ids]))[:n_top]
         alternatives = tuple(entry(int(t)) for t in ids[order])
     return replace(entry(token), top=alternatives)
+
+
+def _biased(logits: npt.NDArray[np.float32], bias: Sequence[tuple[int, float]]) -> npt.NDArray[np.float32]:
+    """A copy of `logits` with each (token, bias) added (a token past the vocabulary left out: a
+    draft model's may end before the target's, which the request was checked against)."""
+    out = np.array(logits, dtype=np.float32)
+    for token, value in bias:
+        if 0 <= token < out.shape[0]:
+            out[token] += np.float32(value)
+    return out
 
 
 def probabilities(logits: FloatArray, params: SamplingParams) -> npt.NDArray[np.float64]:

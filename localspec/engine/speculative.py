@@ -31,7 +31,7 @@ import numpy.typing as npt
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter, Preparing
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import Draws, distribution, greedy_accept, penalized, sample_at, token_logprob
+from localspec.engine.sampling import Draws, adjusted, distribution, greedy_accept, sample_at, token_logprob
 from localspec.engine.textstream import TextStream
 from localspec.errors import ContextOverflowError, RequestCancelledError
 from localspec.types import (
@@ -391,7 +391,7 @@ class Generation:
     def _shaped(self, logits: npt.NDArray[np.float32], ahead: Sequence[int] = ()) -> npt.NDArray[np.float32]:
         """The target's logits for the position after the tokens so far and `ahead` (the draft before
         it), as its sampler sees them: penalised for what came before, masked by the grammar."""
-        logits = penalized(logits, self.params, self.tokens, ahead)
+        logits = adjusted(logits, self.params, self.tokens, ahead)
         return logits if self.constraint is None else self.constraint.mask(logits)
 
     def _note(self, raw: npt.NDArray[np.float32], token: int) -> None:

@@ -41,8 +41,8 @@ from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
 from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format
-from localspec.errors import LocalspecError, OverloadedError, StorageError
-from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, TokenChunk
+from localspec.errors import LocalspecError, OverloadedError, StorageError, UserInputError
+from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SamplingParams, TokenChunk
 
 if TYPE_CHECKING:
     from localspec.auto.policy import AutoPolicy, OnlineCosts
@@ -408,6 +408,7 @@ class Engine:
     def _generate(self, job: Handle) -> GenerationResult:
         assert self._target is not None
         req = job.request
+        _check_logit_bias(req.sampling, self._target.n_vocab)
         tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req, self.renderer)
         constraint = self._constraint(req, tool_format)
@@ -572,3 +573,12 @@ class Engine:
                 draft.start((), fresh=True)
             self._auto_costs = OnlineCosts(verify, draft_curve)
         return self._auto_costs
+
+
+def _check_logit_bias(params: SamplingParams, n_vocab: int) -> None:
+    outside = [token for token, _ in params.logit_bias if not 0 <= token < n_vocab]
+    if outside:
+        raise UserInputError(
+            f"logit_bias names token {outside[0]}, outside this model's {n_vocab}-token vocabulary",
+            param="logit_bias",
+        )

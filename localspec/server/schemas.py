@@ -10,6 +10,7 @@ bodies are in `toolschemas`.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Literal, TypeVar
 
@@ -47,6 +48,34 @@ GO_DURATION = re.compile(r"^-?(\d+(\.\d+)?|(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+)$"
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+LogitBias = dict[str, float | bool] | list[tuple[int, float | bool]]
+MAX_LOGIT_BIAS = 100.0  # OpenAI's bound; -100 bans a token in practice, `false` (llama-server's) outright
+
+
+def logit_bias_pairs(value: LogitBias | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"token id": bias} or llama-server's [[token id, bias]] (bias false: banned) as pairs."""
+    if not value:
+        return ()
+    items = list(value.items()) if isinstance(value, dict) else list(value)
+    pairs: list[tuple[int, float]] = []
+    for key, bias in items:
+        try:
+            token = int(key)
+        except ValueError:
+            raise UserInputError(
+                f"logit_bias key {str(key)[:40]!r} is not a token id; name tokens by id", param="logit_bias"
+            ) from None
+        if bias is True:
+            raise UserInputError("a logit_bias is a number, or false to ban the token", param="logit_bias")
+        amount = -math.inf if bias is False else float(bias)
+        if not (math.isinf(amount) or -MAX_LOGIT_BIAS <= amount <= MAX_LOGIT_BIAS):
+            raise UserInputError(
+                f"logit_bias {amount:g} for token {token} is outside -100..100", param="logit_bias"
+            )
+        pairs.append((token, amount))
+    return tuple(pairs)
 
 
 class Penalties(_Body):
@@ -133,6 +162,7 @@ class _OpenAISampling(Penalties):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, description="Only one choice per request.")
+    logit_bias: LogitBias | None = Field(None, description='{"token id": bias in -100..100} on the logits.')
     speculative: SpeculativeOptions | None = None
     cache_prompt: bool = Field(
         True,
@@ -148,6 +178,7 @@ class _OpenAISampling(Penalties):
             top_p=self.top_p,
             min_p=self.min_p,
             seed=seed,
+            logit_bias=logit_bias_pairs(self.logit_bias),
             **self.penalties(),
         )
 

@@ -12,7 +12,16 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from localspec.errors import UserInputError
-from localspec.server.schemas import MAX_STOP, Penalties, SpeculativeOptions, _Body, spec_params, stop_strings
+from localspec.server.schemas import (
+    MAX_STOP,
+    LogitBias,
+    Penalties,
+    SpeculativeOptions,
+    _Body,
+    logit_bias_pairs,
+    spec_params,
+    stop_strings,
+)
 from localspec.types import MAX_TOP_LOGPROBS, FileChunk, GenerationRequest, SamplingParams, SpecParams
 
 # llama-server's sampler names (and one-letter forms) that localspec applies; the rest are
@@ -56,6 +65,7 @@ class LlamaServerBody(Penalties):
         0, ge=0, le=MAX_TOP_LOGPROBS, description="Each token's log-probability with this many alternatives."
     )
     post_sampling_probs: bool = Field(False, description="Only false: the model's own log-probabilities.")
+    logit_bias: LogitBias | None = Field(None, description="[[token id, bias or false]] or {id: bias}.")
 
     @model_validator(mode="after")
     def _one_completion(self) -> LlamaServerBody:
@@ -88,6 +98,7 @@ class LlamaServerBody(Penalties):
             top_p=self.top_p if runs("top_p") else 1.0,
             min_p=self.min_p if runs("min_p") else 0.0,
             seed=seed,
+            logit_bias=logit_bias_pairs(self.logit_bias),
             **(self.penalties() if runs("penalties") else {}),
         )
 

@@ -9,7 +9,7 @@ import numpy.typing as npt
 
 from localspec.engine.drafters.base import Draft, KeepFn, common_prefix
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import Draws, distribution, penalized, sample_at
+from localspec.engine.sampling import Draws, adjusted, distribution, sample_at
 from localspec.types import SamplingParams
 
 
@@ -76,7 +76,7 @@ class ModelDrafter:
             draft.seconds += self.model.decode(feed, 1)
             self._seen.extend(feed)
             # Penalised as the target's logits are, so the draft guesses what the target decides.
-            logits = penalized(self.model.logits(-1), params, tokens, draft.tokens)
+            logits = adjusted(self.model.logits(-1), params, tokens, draft.tokens)
             # The target's uniform at this position: both draw it, so the draft guesses the target's draw.
             u = 0.0 if params.greedy else draws.at(len(tokens) + len(draft.tokens))
             if keep is None:
