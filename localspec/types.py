@@ -158,6 +158,9 @@ class GenerationRequest:
     # Structured output: the text must be JSON valid against this schema ({} any JSON value,
     # {"type": "object"} any object). Enforced at every token, speculation included.
     json_schema: Mapping[str, Any] | None = field(default=None, hash=False)
+    # Text the reply is expected to repeat in large part (OpenAI's Predicted Outputs: a file
+    # rewritten with a few changes): drafted from as the prompt is; the output is the target's alone.
+    prediction: str | None = None
     # Report each generated token's log-probability with this many of the most probable tokens
     # beside it (0: the token's alone; at most MAX_TOP_LOGPROBS); None: none reported.
     logprobs: int | None = None
@@ -198,6 +201,10 @@ class GenerationStats:
     exact: bool = True
     method_steps: dict[str, int] = field(default_factory=dict)
     fallback_reason: str | None = None
+    # A request's prediction (Predicted Outputs): its tokens, and how many of them the reply has, in
+    # order (OpenAI's accepted_prediction_tokens; the rest are its rejected ones).
+    prediction_tokens: int = 0
+    prediction_accepted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,6 +34,7 @@ from localspec.engine.prompting import (
     PromptForms,
     chat_template,
     offered_tools,
+    prediction_matched,
     prompt_forms,
     prompt_tokens,
 )
@@ -438,6 +439,10 @@ class Engine:
             if job.stream:
                 job.put(out)
         assert gen.result is not None
+        if req.prediction:
+            predicted = self._target.tokenize(req.prediction, add_special=False, parse_special=False)
+            gen.stats.prediction_tokens = len(predicted)
+            gen.stats.prediction_accepted = prediction_matched(predicted, gen.generated)
         self._kv_tokens = gen.tokens[: self._target.n_past]
         self._ngram_memory.remember(gen.tokens)
         if calls is None:

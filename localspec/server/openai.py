@@ -134,9 +134,20 @@ class OpenAIFormat:
         return openai_tool_calls(list(result.tool_calls), ids)
 
 
-def _usage(result: GenerationResult) -> dict[str, int]:
-    prompt, completion = result.stats.prompt_tokens, result.stats.tokens
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def _usage(result: GenerationResult) -> dict[str, Any]:
+    stats = result.stats
+    prompt, completion = stats.prompt_tokens, stats.tokens
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if stats.prediction_tokens:  # as OpenAI counts a prediction: its tokens the reply has, and not
+        usage["completion_tokens_details"] = {
+            "accepted_prediction_tokens": stats.prediction_accepted,
+            "rejected_prediction_tokens": stats.prediction_tokens - stats.prediction_accepted,
+        }
+    return usage
 
 
 async def chat_completions(request: Request) -> Response:

@@ -131,6 +131,18 @@ class TextPart(_Body):
         return self.text
 
 
+class Prediction(_Body):
+    """OpenAI's Predicted Outputs: text the reply is expected to repeat in large part."""
+
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.checked_text() for p in self.content)
+
+
 class OpenAIMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -209,6 +221,9 @@ class ChatCompletionBody(_OpenAISampling):
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     functions: list[dict[str, Any]] | None = Field(None, description="Deprecated by OpenAI; use tools.")
+    prediction: Prediction | None = Field(
+        None, description="Text the reply mostly repeats (a file rewritten): drafted from, never forced."
+    )
     logprobs: bool = Field(False, description="Each token's log-probability in choices[].logprobs.")
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="The most probable tokens beside each (with logprobs)."
@@ -405,6 +420,7 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         parallel_tool_calls=body.parallel_tool_calls,
         json_schema=body.response_format.output_schema() if body.response_format else None,
         logprobs=body.logprobs_asked(),
+        prediction=body.prediction.text() if body.prediction else None,
     )
 
 
