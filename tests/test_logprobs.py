@@ -229,3 +229,39 @@ def test_logit_bias_bans_the_first_choice_through_the_openai_client(daemon: Daem
         )
     lp = out.choices[0].logprobs
     assert lp is not None and lp.tokens is not None and lp.tokens[0] == top[1]["token"]
+
+
+def test_responses_logprobs_where_include_asks(daemon: Daemon) -> None:
+    include: list[openai.types.responses.ResponseIncludable] = ["message.output_text.logprobs"]
+    with daemon.openai() as client:
+        whole = client.responses.create(
+            model="tiny-target",
+            input="one two",
+            max_output_tokens=10,
+            temperature=0,
+            include=include,
+            top_logprobs=2,
+        )
+        part = _output_text(whole)
+        assert part.logprobs and "".join(e.token for e in part.logprobs) == part.text
+        assert all(len(e.top_logprobs) == 2 for e in part.logprobs)
+        stream = client.responses.create(
+            model="tiny-target",
+            input="one two",
+            max_output_tokens=10,
+            temperature=0,
+            include=include,
+            stream=True,
+        )
+        deltas = [e for event in stream if event.type == "response.output_text.delta" for e in event.logprobs]
+        assert [e.token for e in deltas] == [e.token for e in part.logprobs]
+        plain = client.responses.create(model="tiny-target", input="one two", max_output_tokens=4)
+        assert _output_text(plain).logprobs == []
+
+
+def _output_text(response: openai.types.responses.Response) -> openai.types.responses.ResponseOutputText:
+    message = response.output[0]
+    assert message.type == "message"
+    part = message.content[0]
+    assert part.type == "output_text"
+    return part

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -21,12 +22,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from localspec.errors import LocalspecError
+from localspec.server.logprobs import chat_entries
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_responses import ResponsesBody, responses_request
 from localspec.server.state import server_state
 from localspec.server.streaming import respond
-from localspec.types import GenerationResult, TokenChunk
+from localspec.types import GenerationResult, TokenChunk, TokenLogprob
 
 
 class ResponsesFormat:
@@ -49,22 +51,27 @@ class ResponsesFormat:
         self._started = False
         self._opened = False  # the message item was announced
         self._calls: list[dict[str, Any]] | None = None
+        self.logprobs = body.logprobs_asked() is not None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
         return f"event: {kind}\n".encode() + b"data: " + json_bytes(data) + b"\n\n"
 
-    def _part(self, text: str) -> dict[str, Any]:
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    def _logprobs(self, logprobs: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+        """The tokens' log-probabilities where `include` asked for them (else empty, as OpenAI's)."""
+        return chat_entries(logprobs) if self.logprobs else []
 
-    def _item(self, text: str | None) -> dict[str, Any]:
+    def _part(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> dict[str, Any]:
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": self._logprobs(logprobs)}
+
+    def _item(self, text: str | None, logprobs: Sequence[TokenLogprob] = ()) -> dict[str, Any]:
         return {
             "id": self.item_id,
             "type": "message",
             "status": "in_progress" if text is None else "completed",
             "role": "assistant",
-            "content": [] if text is None else [self._part(text)],
+            "content": [] if text is None else [self._part(text, logprobs)],
         }
 
     def _call_items(self, result: GenerationResult) -> list[dict[str, Any]]:
@@ -84,7 +91,7 @@ class ResponsesFormat:
         return self._calls
 
     def _output(self, result: GenerationResult) -> list[dict[str, Any]]:
-        message = [self._item(result.text)] if result.text or not result.tool_calls else []
+        message = [self._item(result.text, result.logprobs)] if result.text or not result.tool_calls else []
         return message + self._call_items(result)
 
     def _response(self, result: GenerationResult | None) -> dict[str, Any]:
@@ -146,15 +153,21 @@ class ResponsesFormat:
         if not chunk.text:  # a step whose text is held back (a call being written)
             return start
         start += self._open()
-        return start + self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=[])
+        logprobs = self._logprobs(chunk.logprobs)
+        return start + self._event(
+            "response.output_text.delta", **self._at(), delta=chunk.text, logprobs=logprobs
+        )
 
-    def _close_message(self, text: str) -> bytes:
+    def _close_message(self, result: GenerationResult) -> bytes:
+        text, logprobs = result.text, result.logprobs
         return b"".join(
             [
                 self._open(),
-                self._event("response.output_text.done", **self._at(), text=text, logprobs=[]),
-                self._event("response.content_part.done", **self._at(), part=self._part(text)),
-                self._event("response.output_item.done", output_index=0, item=self._item(text)),
+                self._event(
+                    "response.output_text.done", **self._at(), text=text, logprobs=self._logprobs(logprobs)
+                ),
+                self._event("response.content_part.done", **self._at(), part=self._part(text, logprobs)),
+                self._event("response.output_item.done", output_index=0, item=self._item(text, logprobs)),
             ]
         )
 
@@ -177,7 +190,7 @@ class ResponsesFormat:
         out = [self._start()]
         first = 0
         if self._opened or result.text or not result.tool_calls:
-            out.append(self._close_message(result.text))
+            out.append(self._close_message(result))
             first = 1
         out.extend(self._call_events(first + i, item) for i, item in enumerate(self._call_items(result)))
         whole = self._response(result)

@@ -20,6 +20,7 @@ from localspec.server.refusals import NO_VISION
 from localspec.server.schemas import SpeculativeOptions, _Body, spec_params
 from localspec.server.toolschemas import MAX_TOOLS, NAME_PATTERN, checked_schema
 from localspec.types import (
+    MAX_TOP_LOGPROBS,
     ChatMessage,
     GenerationRequest,
     NamedTool,
@@ -30,6 +31,8 @@ from localspec.types import (
     ToolSpec,
 )
 
+# The `include` entry that asks for each output token's log-probability.
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 STATELESS = "localspec keeps no responses (it is stateless); send the whole conversation in `input`"
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
@@ -131,6 +134,12 @@ class ResponsesBody(_Body):
     parallel_tool_calls: bool = True
     text: dict[str, Any] | None = None
     speculative: SpeculativeOptions | None = None
+    include: list[str] | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+
+    def logprobs_asked(self) -> int | None:
+        """Alternatives per token where `include` asks for output_text's logprobs; else None."""
+        return (self.top_logprobs or 0) if LOGPROBS_INCLUDE in (self.include or ()) else None
 
     def check_supported(self) -> None:
         if self.store:
@@ -218,4 +227,5 @@ def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> 
         tool_choice=body.choice(),
         parallel_tool_calls=body.parallel_tool_calls,
         json_schema=body.output_schema(),
+        logprobs=body.logprobs_asked(),
     )
