@@ -11,12 +11,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import tinymodels
 
 from localspec.models.catalog import load_catalog
 from localspec.paths import Paths
+
+if TYPE_CHECKING:
+    from localspec.engine.worker import Engine
 
 # The environment as the session found it, before any test moves LOCALSPEC_HOME:
 # outside a checkout the models folder lives under the home, and the temporary home
@@ -69,6 +73,15 @@ def tiny_target(tiny_dir: Path) -> Path:
 def tiny_perfect_draft(tiny_dir: Path) -> Path:
     """The target's weights in another file: drafts are always accepted."""
     return tinymodels.write_perfect_draft(tiny_dir / "tiny-perfect-draft.gguf")
+
+
+@pytest.fixture(scope="module")
+def perfect(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
+    """An engine on the tiny target with its perfect draft, as test_engine loads them (exact)."""
+    from test_engine import make_engine
+
+    with make_engine(tiny_target, tiny_perfect_draft) as engine:
+        yield engine
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -58,10 +58,19 @@ def run(engine: Engine, prompt: str, method: Method, k: int | None = 4, **kw: ob
     return engine.generate(request)
 
 
-@pytest.fixture(scope="module")
-def perfect(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
-    with make_engine(tiny_target, tiny_perfect_draft) as engine:
-        yield engine
+def decode_alone(
+    model: LlamaModel, prompt: str, choose: Callable[[np.ndarray, list[int]], int | None]
+) -> list[int]:
+    """The target alone from `prompt`, one token at a time: `choose(logits, sequence so far)` gives
+    each next token (None: stop). The reply's tokens."""
+    sequence = model.tokenize(prompt)
+    start = len(sequence)
+    model.reset()
+    model.decode(sequence, 1)
+    while (token := choose(model.logits(-1).copy(), sequence)) is not None:
+        sequence.append(token)
+        model.decode([token], 1)
+    return sequence[start:]
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openai
 import pytest
 from daemonproc import Daemon, start_daemon
-from test_engine import PROMPTS, TINY, make_engine, run
+from test_engine import PROMPTS, TINY, decode_alone, run
 
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import token_logprob
 from localspec.engine.worker import Engine
-from localspec.types import GenerationRequest, SamplingParams, SpecParams, TokenLogprob
+from localspec.types import GenerationRequest, SamplingParams, SpecParams
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,20 +45,17 @@ def test_a_token_logprob_is_the_log_softmax_with_the_most_probable_beside_it() -
     assert token_logprob(logits, 1, 0, lambda t: b"x").top == ()
 
 
-@pytest.fixture(scope="module")
-def perfect(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
-    with make_engine(tiny_target, tiny_perfect_draft) as engine:
-        yield engine
-
-
 def _alone(model: LlamaModel, prompt: str, tokens: tuple[int, ...]) -> list[float]:
     """The target alone's float64 log-probability of each token, decoded one at a time."""
-    model.reset()
-    model.decode(model.tokenize(prompt), 1)
-    out = []
-    for token in tokens:
-        out.append(float(_log_softmax(model.logits(-1).copy())[token]))
-        model.decode([token], 1)
+    out: list[float] = []
+
+    def follow(logits: np.ndarray, _sequence: list[int]) -> int | None:
+        if len(out) == len(tokens):
+            return None
+        out.append(float(_log_softmax(logits)[tokens[len(out)]]))
+        return tokens[len(out) - 1]
+
+    decode_alone(model, prompt, follow)
     return out
 
 
@@ -116,21 +114,11 @@ def daemon(
     assert d.stop() == 0, d.log()
 
 
-def _engine_logprobs(perfect: Engine, prompt: str, n: int) -> tuple[TokenLogprob, ...]:
-    return run(perfect, prompt, "none", max_tokens=n, logprobs=2).logprobs
-
-
 def test_openai_chat_logprobs_whole_and_streamed(daemon: Daemon) -> None:
     messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "one two"}]
     with daemon.openai() as client:
-        whole = client.chat.completions.create(
-            model="tiny-target",
-            messages=messages,
-            max_tokens=12,
-            temperature=0,
-            logprobs=True,
-            top_logprobs=2,
-        )
+        asked: dict[str, Any] = {"max_tokens": 12, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+        whole = client.chat.completions.create(model="tiny-target", messages=messages, **asked)
         choice = whole.choices[0]
         assert choice.logprobs is not None and choice.logprobs.content is not None
         content = choice.logprobs.content
@@ -139,15 +127,7 @@ def test_openai_chat_logprobs_whole_and_streamed(daemon: Daemon) -> None:
         for e in content:
             assert len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token
             assert e.logprob <= 0 and bytes(e.bytes or []).decode() == e.token
-        stream = client.chat.completions.create(
-            model="tiny-target",
-            messages=messages,
-            max_tokens=12,
-            temperature=0,
-            logprobs=True,
-            top_logprobs=2,
-            stream=True,
-        )
+        stream = client.chat.completions.create(model="tiny-target", messages=messages, stream=True, **asked)
         streamed = [
             e for chunk in stream for c in chunk.choices if c.logprobs for e in c.logprobs.content or []
         ]
@@ -234,25 +214,17 @@ def test_logit_bias_bans_the_first_choice_through_the_openai_client(daemon: Daem
 def test_responses_logprobs_where_include_asks(daemon: Daemon) -> None:
     include: list[openai.types.responses.ResponseIncludable] = ["message.output_text.logprobs"]
     with daemon.openai() as client:
-        whole = client.responses.create(
-            model="tiny-target",
-            input="one two",
-            max_output_tokens=10,
-            temperature=0,
-            include=include,
-            top_logprobs=2,
-        )
+        asked: dict[str, Any] = {
+            "max_output_tokens": 10,
+            "temperature": 0,
+            "include": include,
+            "top_logprobs": 2,
+        }
+        whole = client.responses.create(model="tiny-target", input="one two", **asked)
         part = _output_text(whole)
         assert part.logprobs and "".join(e.token for e in part.logprobs) == part.text
         assert all(len(e.top_logprobs) == 2 for e in part.logprobs)
-        stream = client.responses.create(
-            model="tiny-target",
-            input="one two",
-            max_output_tokens=10,
-            temperature=0,
-            include=include,
-            stream=True,
-        )
+        stream = client.responses.create(model="tiny-target", input="one two", stream=True, **asked)
         deltas = [e for event in stream if event.type == "response.output_text.delta" for e in event.logprobs]
         assert [e.token for e in deltas] == [e.token for e in part.logprobs]
         plain = client.responses.create(model="tiny-target", input="one two", max_output_tokens=4)

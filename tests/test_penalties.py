@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import pytest
-from test_engine import PROMPTS, TINY, make_engine, run
+from test_engine import PROMPTS, TINY, decode_alone, run
 
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import adjusted, distribution, sample_at
@@ -89,26 +89,15 @@ def test_a_penalty_past_float32s_range_leaves_every_logit_finite() -> None:
         assert sample_at(distribution(out, params), 0.99) == 0
 
 
-@pytest.fixture(scope="module")
-def perfect(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
-    with make_engine(tiny_target, tiny_perfect_draft) as engine:
-        yield engine
-
-
 def _alone(model: LlamaModel, prompt: str, params: SamplingParams, n: int) -> list[int]:
     """Greedy decoding one token at a time, each choice made over llama.cpp's own penalties."""
-    sequence = model.tokenize(prompt)
-    model.reset()
-    model.decode(sequence, 1)
-    out: list[int] = []
-    for _ in range(n):
-        token = int(llama_cpp_penalized(model.logits(-1).copy(), sequence, params).argmax())
-        if model.is_eog(token):
-            break
-        out.append(token)
-        sequence.append(token)
-        model.decode([token], 1)
-    return out
+    start = len(model.tokenize(prompt))
+
+    def choose(logits: np.ndarray, sequence: list[int]) -> int | None:
+        token = int(llama_cpp_penalized(logits, sequence, params).argmax())
+        return None if model.is_eog(token) or len(sequence) - start >= n else token
+
+    return decode_alone(model, prompt, choose)
 
 
 @pytest.mark.parametrize("params", PENALTIES)

@@ -8,7 +8,7 @@ from pathlib import Path
 import openai
 import pytest
 from daemonproc import Daemon, start_daemon
-from test_engine import PROMPTS, TINY, make_engine, run
+from test_engine import PROMPTS, TINY, run
 
 from localspec.engine.llama import LlamaModel
 from localspec.engine.prompting import prediction_matched, prompt_forms
@@ -16,12 +16,6 @@ from localspec.engine.worker import Engine
 from localspec.types import GenerationRequest
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
-    with make_engine(tiny_target, tiny_perfect_draft) as e:
-        yield e
 
 
 def test_prediction_matched_counts_the_predicted_tokens_the_reply_has_in_order() -> None:
@@ -32,20 +26,20 @@ def test_prediction_matched_counts_the_predicted_tokens_the_reply_has_in_order()
 
 @pytest.mark.parametrize("method", ["ngram", "auto"])
 def test_a_prediction_is_drafted_from_from_the_first_token_and_changes_nothing(
-    engine: Engine, method: str
+    perfect: Engine, method: str
 ) -> None:
     drafted_plain = drafted_predicted = 0
     for prompt in PROMPTS[:5]:
-        base = run(engine, prompt, "none", max_tokens=40)
-        plain = run(engine, prompt, method, None, max_tokens=40)  # type: ignore[arg-type]
-        predicted = run(engine, prompt, method, None, max_tokens=40, prediction=base.text)  # type: ignore[arg-type]
+        base = run(perfect, prompt, "none", max_tokens=40)
+        plain = run(perfect, prompt, method, None, max_tokens=40)  # type: ignore[arg-type]
+        predicted = run(perfect, prompt, method, None, max_tokens=40, prediction=base.text)  # type: ignore[arg-type]
         assert predicted.token_ids == base.token_ids == plain.token_ids
         assert predicted.stats.prediction_tokens > 0
         assert predicted.stats.prediction_accepted >= 0.8 * predicted.stats.prediction_tokens
         drafted_plain += plain.stats.accepted
         drafted_predicted += predicted.stats.accepted
         # A prediction the reply does not follow costs no token of the output.
-        wrong = run(engine, prompt, method, None, max_tokens=40, prediction="zebra " * 20)  # type: ignore[arg-type]
+        wrong = run(perfect, prompt, method, None, max_tokens=40, prediction="zebra " * 20)  # type: ignore[arg-type]
         assert wrong.token_ids == base.token_ids and wrong.stats.prediction_accepted <= 2
     assert drafted_predicted > max(2 * drafted_plain, 40)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -17,6 +18,26 @@ from localspec.types import (
     SamplingParams,
     SpecParams,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# The repetition penalties, as llama.cpp's CLI names them: (flag, type, default, help).
+PENALTIES: tuple[tuple[str, click.ParamType, float, str], ...] = (
+    ("--repeat-penalty", click.FloatRange(0.0, min_open=True), 1.0,
+     "Divide a repeated token's logit by this (llama.cpp's); 1 is off."),
+    ("--frequency-penalty", click.FloatRange(-2.0, 2.0), 0.0,
+     "Lower a repeated token's logit by this per repeat."),
+    ("--presence-penalty", click.FloatRange(-2.0, 2.0), 0.0, "Lower a repeated token's logit by this once."),
+    ("--repeat-last-n", click.IntRange(-1), REPEAT_LAST_N,
+     "How many of the latest tokens the penalties look at; -1 all, 0 none."),
+)  # fmt: skip
+
+
+def penalty_options(command: F) -> F:
+    for flag, kind, default, text in reversed(PENALTIES):
+        command = click.option(flag, type=kind, default=default, show_default=True, help=text)(command)
+    return command
 
 
 @cli.command()
@@ -32,34 +53,7 @@ from localspec.types import (
 @click.option("--top-p", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True)
 @click.option("--min-p", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True)
 @click.option("--seed", type=int, help="Fix the sampling seed (reproducible output).")
-@click.option(
-    "--repeat-penalty",
-    type=click.FloatRange(0.0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="Divide a repeated token's logit by this (llama.cpp's); 1 is off.",
-)
-@click.option(
-    "--frequency-penalty",
-    type=click.FloatRange(-2.0, 2.0),
-    default=0.0,
-    show_default=True,
-    help="Lower a repeated token's logit by this per repeat.",
-)
-@click.option(
-    "--presence-penalty",
-    type=click.FloatRange(-2.0, 2.0),
-    default=0.0,
-    show_default=True,
-    help="Lower a repeated token's logit by this once.",
-)
-@click.option(
-    "--repeat-last-n",
-    type=click.IntRange(-1),
-    default=REPEAT_LAST_N,
-    show_default=True,
-    help="How many of the latest tokens the penalties look at; -1 all, 0 none.",
-)
+@penalty_options
 @click.option("--stop", multiple=True, help="Stop at this string (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with text, tokens and stats.")
 @click.option(
