@@ -44,6 +44,13 @@ def _config(target: Path, draft: Path | None, *, exact: bool, rpc: tuple[str, ..
     return EngineConfig(target=target, draft=draft, method="none", load=load)
 
 
+def _vocabulary(engine: Engine) -> tuple[list[int], list[bytes], tuple[int, ...]]:
+    """PROMPT's tokens, their pieces, and the first tokens' most probable alternatives."""
+    tokens = engine.tokenize(PROMPT)
+    result = engine.generate(GenerationRequest(prompt=PROMPT, max_tokens=4, logprobs=2))
+    return tokens, engine.pieces(tokens), tuple(t.token for lp in result.logprobs for t in lp.top)
+
+
 def _tokens(engine: Engine, method: str, n: int = 48) -> tuple[int, ...]:
     request = GenerationRequest(
         prompt=PROMPT,
@@ -64,11 +71,14 @@ def test_generation_on_two_workers_is_the_local_generation(
     with Engine(_config(tiny_target, tiny_related_draft, exact=exact)) as local:
         local.wait_ready()
         want = {method: _tokens(local, method) for method in ("none", "draft")}
+        vocab = _vocabulary(local)
     with open_engine(_config(tiny_target, tiny_related_draft, exact=exact, rpc=endpoints)) as remote:
         assert isinstance(remote, IsolatedEngine)
         info = remote.wait_ready(120)
         assert info.draft == tiny_related_draft.name and info.draft_error is None
         got = {method: _tokens(remote, method) for method in ("none", "draft")}
+        # The vocabulary calls and log-probabilities cross the process as they are.
+        assert _vocabulary(remote) == vocab
     # The tiny models' weights are F32, which llama.cpp never repacks: greedy decoding on the
     # workers' CPU backend matches this machine's token for token, with and without --exact.
     assert got == want

@@ -128,6 +128,10 @@ class Child:
                 value: Any = self.engine.prepare(arg)
             elif name == "count_prompt_tokens":
                 value = self.engine.count_prompt_tokens(arg)
+            elif name == "tokenize":
+                value = self.engine.tokenize(*arg)
+            elif name == "pieces":
+                value = self.engine.pieces(arg)
             else:
                 value = self.engine.queue_depth
         except Exception as exc:

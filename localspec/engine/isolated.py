@@ -2,7 +2,7 @@
 
 ggml-rpc aborts the process when an RPC worker dies mid-request. A target on RPC workers
 therefore loads in engine.engine_child; this proxy keeps the Engine interface (submit,
-prepare, count_prompt_tokens, queue_depth, wait_ready, close, info, renderer), so the
+prepare, count_prompt_tokens, tokenize, pieces, queue_depth, wait_ready, close, info, renderer), so the
 daemon's pool, the routes and `generate` use it as they use an Engine. When the child dies,
 each request in flight ends with an RpcWorkerError that names the worker that is down, and
 the engine's status turns "failed" (the pool loads it anew for the next request).
@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -129,6 +130,12 @@ class IsolatedEngine(Engine):
         if self.info.status != "ready":
             raise LocalspecError(f"the model is not ready ({self.info.status}); retry once it is loaded")
         return int(self._ask("count_prompt_tokens", request))
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        return list(self._ask("tokenize", (text, add_special, parse_special)))
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        return list(self._ask("pieces", list(tokens)))
 
     @property
     def queue_depth(self) -> int:

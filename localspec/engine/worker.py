@@ -246,9 +246,27 @@ class Engine:
         Safe from any thread: it renders the chat template and tokenizes, which only read the
         model's vocabulary and metadata, never the context the worker thread decodes with.
         """
+        return len(prompt_tokens(self._ready_target(), request, self.renderer))
+
+    def tokenize(self, text: str, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """`text` in the target's tokens (llama-server's /tokenize); safe from any thread, as above."""
+        return self._ready_target().tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes, a special token's text where it renders as nothing (/detokenize);
+        UserInputError naming the first id outside the vocabulary."""
+        target = self._ready_target()
+        outside = next((t for t in tokens if not 0 <= t < target.n_vocab), None)
+        if outside is not None:
+            raise UserInputError(
+                f"token {outside} is outside this model's {target.n_vocab}-token vocabulary", param="tokens"
+            )
+        return [target.piece(t) or target.token_text(t).encode() for t in tokens]
+
+    def _ready_target(self) -> LlamaModel:
         if self.info.status != "ready" or self._target is None:
             raise LocalspecError(f"the model is not ready ({self.info.status}); retry once it is loaded")
-        return len(prompt_tokens(self._target, request, self.renderer))
+        return self._target
 
     @property
     def queue_depth(self) -> int:

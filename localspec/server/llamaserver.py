@@ -1,5 +1,6 @@
 """llama-server's own routes: `/infill` (code completion at the cursor, for llama.vim and
-llama.vscode) and `/completion` (a raw prompt, for llama.cpp providers such as Continue's).
+llama.vscode), `/completion` (a raw prompt, for llama.cpp providers such as Continue's), and
+`/tokenize`, `/detokenize` and `/props`, which llama-server's web UI and front ends read.
 
 The bodies are llama-server's (`input_prefix`, `prompt`, `input_suffix`, `input_extra`, ...),
 and so is the answer: `content`, `timings`, `tokens_cached`, `generation_settings`, as
@@ -14,16 +15,20 @@ from typing import Any
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from localspec import __version__
 from localspec.errors import LocalspecError, UserInputError
 from localspec.server.logprobs import llama_server_probs
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_llamaserver import (
+    DetokenizeBody,
     InfillBody,
+    LlamaServerBody,
     NativeCompletionBody,
+    TokenizeBody,
     completion_request,
     infill_request,
     pick_fields,
@@ -131,4 +136,70 @@ async def completion(request: Request) -> Response:
     return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
 
 
-ROUTES = [Route("/infill", infill, methods=["POST"]), Route("/completion", completion, methods=["POST"])]
+async def tokenize(request: Request) -> Response:
+    body = parse_body(await request.body(), TokenizeBody)
+    engine = (await server_state(request).use(request, body.model or None)).engine
+    tokens = await anyio.to_thread.run_sync(
+        engine.tokenize, body.content, body.add_special, body.parse_special
+    )
+    if not body.with_pieces:
+        return JSONResponse({"tokens": tokens})
+    pieces = await anyio.to_thread.run_sync(engine.pieces, tokens)
+    return JSONResponse(
+        {"tokens": [{"id": t, "piece": _piece(p)} for t, p in zip(tokens, pieces, strict=True)]}
+    )
+
+
+def _piece(raw: bytes) -> str | list[int]:
+    """A token's text, or its bytes where they are not whole UTF-8 (part of a character), as
+    llama-server writes a piece."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(raw)
+
+
+async def detokenize(request: Request) -> Response:
+    body = parse_body(await request.body(), DetokenizeBody)
+    engine = (await server_state(request).use(request, body.model or None)).engine
+    pieces = await anyio.to_thread.run_sync(engine.pieces, body.tokens)
+    return JSONResponse({"content": b"".join(pieces).decode("utf-8", errors="replace")})
+
+
+async def props(request: Request) -> Response:
+    """What llama-server's web UI and clients read of the server: the context, the sampling
+    defaults of /completion, the chat template, the model."""
+    state = await server_state(request).use(request, request.query_params.get("model") or None)
+    info = state.gguf_info()
+    defaults = LlamaServerBody.model_validate({}).sampling()
+    params = {
+        "n_predict": -1,
+        "temperature": defaults.temperature,
+        "top_k": defaults.top_k,
+        "top_p": defaults.top_p,
+        "min_p": defaults.min_p,
+        "repeat_penalty": defaults.repeat_penalty,
+        "repeat_last_n": defaults.repeat_last_n,
+        "frequency_penalty": defaults.frequency_penalty,
+        "presence_penalty": defaults.presence_penalty,
+    }
+    return JSONResponse(
+        {
+            "default_generation_settings": {"id": 0, "n_ctx": state.unlimited, "params": params},
+            "total_slots": 1,
+            "model_alias": state.model_name,
+            "model_path": str(state.resident.model.path),
+            "modalities": {"vision": False, "audio": False},
+            "chat_template": info.chat_template or "",
+            "build_info": f"localspec {__version__}",
+        }
+    )
+
+
+ROUTES = [
+    Route("/infill", infill, methods=["POST"]),
+    Route("/completion", completion, methods=["POST"]),
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
+    Route("/props", props, methods=["GET"]),
+]

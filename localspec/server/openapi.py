@@ -16,7 +16,12 @@ from localspec.server.schemas import (
     OllamaShowBody,
 )
 from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody
-from localspec.server.schemas_llamaserver import InfillBody, NativeCompletionBody
+from localspec.server.schemas_llamaserver import (
+    DetokenizeBody,
+    InfillBody,
+    NativeCompletionBody,
+    TokenizeBody,
+)
 from localspec.server.schemas_responses import ResponsesBody
 
 # /api/pull is left out: it downloads, and the schema drives a fuzzer.
@@ -29,13 +34,24 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/embeddings"): OpenAIEmbeddingsBody,
     ("post", "/infill"): InfillBody,
     ("post", "/completion"): NativeCompletionBody,
+    ("post", "/tokenize"): TokenizeBody,
+    ("post", "/detokenize"): DetokenizeBody,
     ("post", "/api/chat"): OllamaChatBody,
     ("post", "/api/generate"): OllamaGenerateBody,
     ("post", "/api/show"): OllamaShowBody,
     ("post", "/api/embed"): OllamaEmbedBody,
     ("post", "/api/embeddings"): OllamaEmbeddingsBody,
 }
-GET_ROUTES = ("/health", "/v1/models", "/api/version", "/api/tags", "/api/ps", "/metrics", "/openapi.json")
+GET_ROUTES = (
+    "/health",
+    "/props",
+    "/v1/models",
+    "/api/version",
+    "/api/tags",
+    "/api/ps",
+    "/metrics",
+    "/openapi.json",
+)
 
 _ERROR_SCHEMA = {
     "type": "object",

@@ -32,6 +32,9 @@ _APPLIED = {"top_k": "top_k", "k": "top_k", "top_p": "top_p", "p": "top_p", "min
 _ACCEPTED = {"infill", "i", "typ_p", "typical_p", "y", "xtc", "x", "dry", "d",
              "top_n_sigma", "s"}  # fmt: skip
 MAX_EXTRA_CHUNKS = 256
+# Far past any context served, and bounded so one request cannot hold the daemon's memory.
+MAX_TOKENIZE_CHARS = 4_000_000
+MAX_DETOKENIZE_TOKENS = 1_000_000
 
 
 class ExtraChunk(_Body):
@@ -160,3 +163,20 @@ def pick_fields(body: dict[str, Any], fields: list[str] | None) -> dict[str, Any
         else:
             out[path] = value
     return out
+
+
+class TokenizeBody(_Body):
+    """POST /tokenize: text in the model's tokens, as llama-server answers it."""
+
+    content: str = Field(..., max_length=MAX_TOKENIZE_CHARS)
+    add_special: bool = Field(False, description="Add the model's BOS token where it adds one.")
+    parse_special: bool = Field(True, description="Read special tokens' text (<|im_end|>) as those tokens.")
+    with_pieces: bool = Field(False, description="Each token with its text: [{id, piece}].")
+    model: str | None = None
+
+
+class DetokenizeBody(_Body):
+    """POST /detokenize: token ids back to text."""
+
+    tokens: list[int] = Field(..., max_length=MAX_DETOKENIZE_TOKENS)
+    model: str | None = None
