@@ -19,7 +19,7 @@ from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.ggml_backend import rpc_supported
 from localspec.engine.isolated import IsolatedEngine, open_engine
 from localspec.engine.worker import Engine
-from localspec.errors import LocalspecError
+from localspec.errors import ContextOverflowError, LocalspecError, UserInputError
 from localspec.types import GenerationRequest, SamplingParams, SpecParams
 
 pytestmark = [
@@ -79,6 +79,13 @@ def test_generation_on_two_workers_is_the_local_generation(
         got = {method: _tokens(remote, method) for method in ("none", "draft")}
         # The vocabulary calls and log-probabilities cross the process as they are.
         assert _vocabulary(remote) == vocab
+        with pytest.raises(UserInputError, match="outside this model's"):
+            remote.pieces([10**7])
+        # An error crosses back as itself: it named the child's __main__, which the parent could
+        # not unpickle, and the request hung until its call timed out.
+        with pytest.raises(ContextOverflowError):
+            remote.generate(GenerationRequest(prompt=PROMPT + " x" * 1000, max_tokens=2))
+        assert len(_tokens(remote, "none", 4)) == 4
     # The tiny models' weights are F32, which llama.cpp never repacks: greedy decoding on the
     # workers' CPU backend matches this machine's token for token, with and without --exact.
     assert got == want

@@ -148,4 +148,9 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Run with -m, this file is __main__, and an ErrorState it pickled would name __main__, where
+    # the parent cannot find it: every error sent back hung the request until its call timed out.
+    # The importable module's main pickles the importable module's classes.
+    from localspec.engine.engine_child import main as _main
+
+    _main(sys.argv[1:])
