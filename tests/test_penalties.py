@@ -187,7 +187,7 @@ def test_the_bodies_carry_the_logit_bias() -> None:
     assert parse_body(body, ChatCompletionBody).sampling().logit_bias == ((5, -100.0), (7, 2.5))
     server = LlamaServerBody.model_validate({"logit_bias": [[5, False], [9, 1]]}).sampling()
     assert server.logit_bias == ((5, -math.inf), (9, 1.0))
-    for bad in (b'{"x": 1}', b'{"5": 101}', b'{"5": true}'):
+    for bad in (b'{"x": 1}', b'{"5": 101}', b'{"5": true}', b'{"5": Infinity}', b'{"5": NaN}'):
         with pytest.raises(UserInputError) as caught:
             raw = (
                 b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": ' + bad + b"}"

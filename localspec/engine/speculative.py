@@ -390,7 +390,7 @@ class Generation:
 
     def _shaped(self, logits: npt.NDArray[np.float32], ahead: Sequence[int] = ()) -> npt.NDArray[np.float32]:
         """The target's logits for the position after the tokens so far and `ahead` (the draft before
-        it), as its sampler sees them: penalised for what came before, masked by the grammar."""
+        it), as its sampler sees them: biased, penalised for what came before, masked by the grammar."""
         logits = adjusted(logits, self.params, self.tokens, ahead)
         return logits if self.constraint is None else self.constraint.mask(logits)
 

@@ -69,12 +69,15 @@ def logit_bias_pairs(value: LogitBias | None) -> tuple[tuple[int, float], ...]:
             ) from None
         if bias is True:
             raise UserInputError("a logit_bias is a number, or false to ban the token", param="logit_bias")
-        amount = -math.inf if bias is False else float(bias)
-        if not (math.isinf(amount) or -MAX_LOGIT_BIAS <= amount <= MAX_LOGIT_BIAS):
+        if bias is False:
+            pairs.append((token, -math.inf))
+            continue
+        # Not NaN or an infinity (Python's JSON reads them): a logit past every other breaks sampling.
+        if not -MAX_LOGIT_BIAS <= float(bias) <= MAX_LOGIT_BIAS:
             raise UserInputError(
-                f"logit_bias {amount:g} for token {token} is outside -100..100", param="logit_bias"
+                f"logit_bias {float(bias):g} for token {token} is outside -100..100", param="logit_bias"
             )
-        pairs.append((token, amount))
+        pairs.append((token, float(bias)))
     return tuple(pairs)
 
 
