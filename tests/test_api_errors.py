@@ -62,7 +62,7 @@ def test_malformed_json_is_400(http: httpx.Client, body: bytes) -> None:
         ({"temperature": 5}, "temperature"),
         ({"top_p": 1.5}, "top_p"),
         ({"max_tokens": 0}, "max_tokens"),
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
         ({"stop": ["a"] * 17}, "stop"),

@@ -163,6 +163,35 @@ def test_frequency_and_presence_penalties_change_the_reply_alike_for_every_metho
     assert reply("draft", 1.5, 1.0) == penalised
 
 
+def test_n_choices_each_with_its_own_seed_whole_and_streamed(uds_openai: openai.OpenAI) -> None:
+    def choices(n: int, seed: int) -> list[str]:
+        out = uds_openai.chat.completions.create(
+            model="tiny-target", messages=CHAT, max_tokens=12, temperature=1.0, seed=seed, n=n
+        )
+        assert [c.index for c in out.choices] == list(range(n))
+        assert out.usage is not None and out.usage.completion_tokens >= n
+        return [c.message.content or "" for c in out.choices]
+
+    three = choices(3, 7)
+    assert three == choices(3, 7) and len(set(three)) > 1  # reproducible, and not one reply thrice
+    assert choices(1, 7) == three[:1]  # the first choice is the request's own seed
+    stream = uds_openai.chat.completions.create(
+        model="tiny-target", messages=CHAT, max_tokens=12, temperature=1.0, seed=7, n=3, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    texts = ["", "", ""]
+    usage = None
+    for chunk in stream:
+        for c in chunk.choices:
+            texts[c.index] += c.delta.content or ""
+        usage = chunk.usage or usage
+    assert texts == three and usage is not None and usage.completion_tokens >= 3
+    greedy = uds_openai.completions.create(
+        model="tiny-target", prompt="one two", max_tokens=8, temperature=0, n=2
+    )
+    assert greedy.choices[0].text == greedy.choices[1].text
+
+
 def test_speculative_extension_picks_the_method(uds_openai: openai.OpenAI) -> None:
     def run(method: str, k: int | None = 3) -> tuple[str | None, dict[str, Any]]:
         out = uds_openai.chat.completions.create(

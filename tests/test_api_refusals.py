@@ -71,12 +71,3 @@ def test_images_are_refused_naming_the_missing_projector(oai: openai.OpenAI, oll
     with pytest.raises(ollama.ResponseError) as generate:
         oll.generate(model="tiny-target", prompt="what is this", images=[PIXEL])
     assert generate.value.status_code == 400 and "no vision projector" in generate.value.error
-
-
-def test_more_than_one_choice_is_refused(oai: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as chat:
-        oai.chat.completions.create(model="tiny-target", messages=[{"role": "user", "content": "hi"}], n=2)
-    assert "only one choice" in chat.value.message and chat.value.param == "n"
-    with pytest.raises(openai.BadRequestError) as text:
-        oai.completions.create(model="tiny-target", prompt="hi", n=3)
-    assert "only one choice" in text.value.message

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -27,10 +28,10 @@ from localspec.server.schemas import (
     completion_request,
     parse_body,
 )
-from localspec.server.state import server_state
-from localspec.server.streaming import respond
+from localspec.server.state import ModelState, Run, server_state
+from localspec.server.streaming import frames, respond, stream_response
 from localspec.server.toolschemas import openai_tool_calls
-from localspec.types import GenerationResult, TokenChunk, TokenLogprob
+from localspec.types import GenerationRequest, GenerationResult, TokenChunk, TokenLogprob
 
 
 class OpenAIFormat:
@@ -38,16 +39,27 @@ class OpenAIFormat:
 
     media_type = "text/event-stream"
 
-    def __init__(self, model: str, chat: bool, include_usage: bool, logprobs: bool = False) -> None:
+    def __init__(
+        self, model: str, chat: bool, include_usage: bool, logprobs: bool = False, n: int = 1
+    ) -> None:
         self.model = model
         self.chat = chat
         self.include_usage = include_usage
         self.logprobs = logprobs
+        self.n = n  # choices, generated one after another
+        self.index = 0  # the choice being formatted
+        self.ended: list[GenerationResult] = []  # the choices whose final frame went out
         self._offset = 0  # a streamed completion's text so far, where its tokens' offsets count from
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
         self._role_sent = False
+
+    def next_choice(self) -> None:
+        """The frames that follow are the next choice's: its index, its own role and offsets."""
+        self.index += 1
+        self._role_sent = False
+        self._offset = 0
 
     def _head(self, streamed: bool) -> dict[str, Any]:
         obj = f"{self.object}.chunk" if streamed and self.chat else self.object
@@ -58,7 +70,7 @@ class OpenAIFormat:
     ) -> dict[str, Any]:
         if not self.chat:
             return {
-                "index": 0,
+                "index": self.index,
                 "text": text or "",
                 "logprobs": self._logprobs(logprobs),
                 "finish_reason": finish,
@@ -68,7 +80,12 @@ class OpenAIFormat:
         if not self._role_sent:
             delta["role"] = "assistant"
             self._role_sent = True
-        return {"index": 0, "delta": delta, "logprobs": self._logprobs(logprobs), "finish_reason": finish}
+        return {
+            "index": self.index,
+            "delta": delta,
+            "logprobs": self._logprobs(logprobs),
+            "finish_reason": finish,
+        }
 
     def _logprobs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any] | None:
         """choices[].logprobs where asked: chat's `content` entries, or text completions' lists."""
@@ -95,57 +112,74 @@ class OpenAIFormat:
         if result.tool_calls:
             # The calls in one delta each: clients join the deltas of an index into one call.
             calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
-            choice = {"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}
+            delta = {"tool_calls": calls}
+            choice = {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": None}
             frames.append(self._sse({**self._head(True), "choices": [choice]}))
         last = {**self._choice(None, finish_reason(result)), "logprobs": None}  # each token's went with it
         body = {**self._head(True), "choices": [last]}
         frames.append(self._sse({**body, **stats_fields(result.stats)}))
+        self.ended.append(result)
+        if len(self.ended) < self.n:  # the next choice follows
+            return b"".join(frames)
         if self.include_usage:
-            frames.append(self._sse({**self._head(True), "choices": [], "usage": _usage(result)}))
+            frames.append(self._sse({**self._head(True), "choices": [], "usage": _usage(self.ended)}))
         return b"".join(frames) + b"data: [DONE]\n\n"
 
     def error(self, exc: LocalspecError) -> bytes:
         return self._sse(openai_error_body(exc))
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
+        return self.whole_choices([result])
+
+    def whole_choices(self, results: Sequence[GenerationResult]) -> dict[str, Any]:
+        """The body of every choice; the usage counts the prompt once, as OpenAI's does."""
+        choices = []
+        for i, result in enumerate(results):
+            self.index = i
+            choices.append(self._whole_choice(result))
+        return {
+            **self._head(False),
+            "choices": choices,
+            "usage": _usage(results),
+            **stats_fields(results[-1].stats),
+        }
+
+    def _whole_choice(self, result: GenerationResult) -> dict[str, Any]:
         finish = finish_reason(result)
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": result.text}
             if result.tool_calls:
                 message["content"] = result.text or None
                 message["tool_calls"] = self._tool_calls(result)
-            choice = {
-                "index": 0,
+            return {
+                "index": self.index,
                 "message": message,
                 "logprobs": self._logprobs(result.logprobs),
                 "finish_reason": finish,
             }
-        else:
-            choice = self._choice(result.text, finish, result.logprobs)
-        return {
-            **self._head(False),
-            "choices": [choice],
-            "usage": _usage(result),
-            **stats_fields(result.stats),
-        }
+        self._offset = 0
+        return self._choice(result.text, finish, result.logprobs)
 
     def _tool_calls(self, result: GenerationResult) -> list[dict[str, Any]]:
         ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in result.tool_calls]
         return openai_tool_calls(list(result.tool_calls), ids)
 
 
-def _usage(result: GenerationResult) -> dict[str, Any]:
-    stats = result.stats
-    prompt, completion = stats.prompt_tokens, stats.tokens
+def _usage(results: Sequence[GenerationResult]) -> dict[str, Any]:
+    """Every choice's tokens, the prompt's once (each choice reads the same prompt)."""
+    prompt = results[0].stats.prompt_tokens
+    completion = sum(r.stats.tokens for r in results)
     usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
-    if stats.prediction_tokens:  # as OpenAI counts a prediction: its tokens the reply has, and not
+    predicted = sum(r.stats.prediction_tokens for r in results)
+    if predicted:  # as OpenAI counts a prediction: its tokens the reply has, and not
+        accepted = sum(r.stats.prediction_accepted for r in results)
         usage["completion_tokens_details"] = {
-            "accepted_prediction_tokens": stats.prediction_accepted,
-            "rejected_prediction_tokens": stats.prediction_tokens - stats.prediction_accepted,
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": predicted - accepted,
         }
     return usage
 
@@ -155,8 +189,8 @@ async def chat_completions(request: Request) -> Response:
     state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = chat_request(body, state.spec_default, state.unlimited)
-    fmt = OpenAIFormat(model, chat=True, include_usage=body.include_usage(), logprobs=body.logprobs)
-    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
+    fmt = OpenAIFormat(model, True, body.include_usage(), logprobs=body.logprobs, n=body.n)
+    return await _respond(state, request, greq, body.stream, fmt)
 
 
 async def completions(request: Request) -> Response:
@@ -164,10 +198,65 @@ async def completions(request: Request) -> Response:
     state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = completion_request(body, state.spec_default, state.unlimited)
-    fmt = OpenAIFormat(
-        model, chat=False, include_usage=body.include_usage(), logprobs=body.logprobs is not None
-    )
-    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
+    fmt = OpenAIFormat(model, False, body.include_usage(), logprobs=body.logprobs is not None, n=body.n)
+    return await _respond(state, request, greq, body.stream, fmt)
+
+
+async def _respond(
+    state: ModelState, request: Request, greq: GenerationRequest, stream: bool, fmt: OpenAIFormat
+) -> Response:
+    """One choice as any request; `n` of them one after another (the prompt's cache reused), each
+    sampled with its own seed (the request's plus its index, where one is given)."""
+    if fmt.n == 1:
+        return await respond(await state.start(request, greq, stream), stream, fmt)
+    requests = [_nth(greq, i) for i in range(fmt.n)]
+    if not stream:
+        results = []
+        for one in requests:
+            run = await state.start(request, one, False)
+            try:
+                results.append(await run.collect())
+            finally:
+                run.close()
+        return JSONResponse(fmt.whole_choices(results))
+    run = await state.start(request, requests[0], True)
+    try:
+        first = await run.next()  # an early error keeps its HTTP status, as one choice's does
+    except BaseException:
+        run.close()
+        raise
+    return stream_response(_choices(state, request, requests, run, first, fmt), fmt)
+
+
+async def _choices(
+    state: ModelState,
+    request: Request,
+    requests: list[GenerationRequest],
+    run: Run,
+    first: TokenChunk | GenerationResult,
+    fmt: OpenAIFormat,
+) -> AsyncIterator[bytes]:
+    for i in range(len(requests)):
+        if i:
+            if len(fmt.ended) < i:  # the last choice ended in an error frame
+                return
+            fmt.next_choice()
+            try:
+                run = await state.start(request, requests[i], True)
+                first = await run.next()
+            except LocalspecError as exc:
+                run.close()
+                yield fmt.error(exc)
+                return
+        async for frame in frames(run, first, fmt):
+            yield frame
+
+
+def _nth(greq: GenerationRequest, i: int) -> GenerationRequest:
+    seed = greq.sampling.seed
+    if i == 0 or seed is None or greq.sampling.greedy:
+        return greq
+    return replace(greq, sampling=replace(greq.sampling, seed=seed + i))
 
 
 def _model_entry(model: ServedModel) -> dict[str, Any]:

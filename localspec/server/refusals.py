@@ -3,4 +3,3 @@
 from __future__ import annotations
 
 NO_VISION = "this model has no vision projector; send text content only"
-ONE_CHOICE = "only one choice per request is supported (n 1)"

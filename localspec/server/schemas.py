@@ -2,8 +2,8 @@
 
 Each body turns into one `GenerationRequest`; nothing here knows HTTP routing
 or the engine. Unknown fields are ignored, as OpenAI and Ollama clients send
-many the daemon has no use for; fields the daemon cannot honour (images,
-n > 1) are refused rather than silently dropped. Tool and structured-output
+many the daemon has no use for; fields the daemon cannot honour (images)
+are refused rather than silently dropped. Tool and structured-output
 bodies are in `toolschemas`.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from localspec.errors import UserInputError
-from localspec.server.refusals import NO_VISION, ONE_CHOICE
+from localspec.server.refusals import NO_VISION
 from localspec.server.toolschemas import (
     OpenAIToolCall,
     OpenAIToolChoice,
@@ -39,6 +39,7 @@ from localspec.types import (
 
 M = TypeVar("M", bound=BaseModel)
 MAX_STOP = 16
+MAX_CHOICES = 16  # n: each choice is a generation of its own, one after another
 OPENAI_COMPLETIONS_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
 # Ollama's documented sampling defaults, so Ollama clients get the output they expect.
 OLLAMA_DEFAULTS = SamplingParams(temperature=0.8, top_k=40, top_p=0.9)
@@ -176,7 +177,7 @@ class _OpenAISampling(Penalties):
     stop: str | list[str] | None = Field(None, max_length=MAX_STOP)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, description="Only one choice per request.")
+    n: int = Field(1, ge=1, le=MAX_CHOICES, description="Choices, generated one after another.")
     logit_bias: LogitBias | None = Field(None, description='{"token id": bias in -100..100} on the logits.')
     speculative: SpeculativeOptions | None = None
     cache_prompt: bool = Field(
@@ -201,8 +202,6 @@ class _OpenAISampling(Penalties):
         return self.stream_options is not None and self.stream_options.include_usage
 
     def check_supported(self) -> None:
-        if self.n > 1:
-            raise UserInputError(ONE_CHOICE, param="n")
         if self.max_tokens == 0:
             raise UserInputError("max_tokens must be at least 1 (or -1: no limit)", param="max_tokens")
 

@@ -39,11 +39,16 @@ async def respond(run: Run, stream: bool, fmt: Format) -> Response:
     except BaseException:
         run.close()
         raise
+    return stream_response(frames(run, first, fmt), fmt)
+
+
+def stream_response(body: AsyncIterator[bytes], fmt: Format) -> StreamingResponse:
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(_frames(run, first, fmt), media_type=fmt.media_type, headers=headers)
+    return StreamingResponse(body, media_type=fmt.media_type, headers=headers)
 
 
-async def _frames(run: Run, first: TokenChunk | GenerationResult, fmt: Format) -> AsyncIterator[bytes]:
+async def frames(run: Run, first: TokenChunk | GenerationResult, fmt: Format) -> AsyncIterator[bytes]:
+    """A run's frames, from its first event to its end (the result's frame, or an error's)."""
     # Everything already delivered goes out in one write: fewer syscalls under load, and after a
     # disconnect at most one write lands on the dead socket before Starlette cancels this
     # generator (its `finally` cancels the run).
