@@ -31,6 +31,9 @@ def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny_target:
         # The pieces joined, as llama-server's /detokenize answers (this SentencePiece vocabulary
         # gives the text a leading space).
         text = model.detokenize(plain)
+        eos = model.eog_tokens()[0]
+        eos_name = model.token_text(eos)
+        assert model.piece(eos) == b"" and eos_name
     finally:
         model.close()
     with daemon.http() as http:
@@ -44,6 +47,8 @@ def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny_target:
         )
         assert raw.decode() == text and text.strip() == TEXT
         assert http.post("/detokenize", json={"tokens": plain}).json() == {"content": text}
+        # A special token renders as nothing; a list of tokens shows its name.
+        assert http.post("/detokenize", json={"tokens": [eos]}).json() == {"content": eos_name}
         bad = http.post("/detokenize", json={"tokens": [plain[0], 10**7]})
         assert bad.status_code == 400 and "10000000" in bad.json()["error"]["message"]
 

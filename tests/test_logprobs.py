@@ -40,8 +40,8 @@ def test_a_token_logprob_is_the_log_softmax_with_the_most_probable_beside_it() -
     assert lp.logprob == pytest.approx(want[42], abs=1e-5)
     assert [t.token for t in lp.top] == [10, 20, *np.argsort(-want)[2:4].tolist()]
     assert [t.logprob for t in lp.top] == pytest.approx(np.sort(want)[::-1][:4].tolist(), abs=1e-5)
-    # A special token renders as nothing: its name stands for it.
-    assert token_logprob(logits, 1, 0, lambda t: "<|end|>").text == "<|end|>"
+    # A special token renders as nothing: its name stands for it (LlamaModel.shown_piece).
+    assert token_logprob(logits, 1, 0, lambda t: b"<|end|>").text == "<|end|>"
     assert token_logprob(logits, 1, 0, lambda t: b"x").top == ()
 
 

@@ -281,6 +281,11 @@ class LlamaModel:
             self._pieces[token] = cached
         return cached
 
+    def shown_piece(self, token: int) -> bytes:
+        """What a list of tokens shows for one (log-probabilities, /tokenize): its bytes, or a
+        special token's own text (`<|im_end|>`) where those are nothing."""
+        return self.piece(token) or self.token_text(token).encode()
+
     def piece_text(self, token: int) -> str:
         """A token's bytes as text (a piece of a multi-byte character reads as U+FFFD)."""
         return self.piece(token).decode("utf-8", errors="replace")

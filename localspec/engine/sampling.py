@@ -125,7 +125,7 @@ def adjusted(
     ids, counts = ids[in_vocab], counts[in_vocab]
     if not ids.size:
         return logits
-    out = np.array(logits, dtype=np.float32)
+    out = logits if params.logit_bias else np.array(logits, dtype=np.float32)  # the bias made a copy
     seen = out[ids]
     # A penalty too small for float32 would divide by zero; a logit divided past LOGIT_BOUND is held
     # there, so no logit becomes infinite and a distribution's arithmetic (a difference, times 1 /
@@ -141,21 +141,17 @@ def adjusted(
     return out
 
 
-def token_logprob(
-    logits: FloatArray, token: int, n_top: int, name: Callable[[int], bytes | str]
-) -> TokenLogprob:
+def token_logprob(logits: FloatArray, token: int, n_top: int, piece: Callable[[int], bytes]) -> TokenLogprob:
     """`token`'s log-probability under the softmax of `logits`, with the `n_top` most probable tokens
-    (ties by id). `name`: a token's bytes, or its text where it has none (a special token)."""
+    (ties by id). `piece`: the bytes shown for a token (LlamaModel.shown_piece)."""
     x = np.asarray(logits, dtype=np.float32)
     top = float(x.max())
     shifted = x - np.float32(top)
     log_total = top + math.log(float(np.exp(shifted, out=shifted).sum(dtype=np.float64)))
 
     def entry(t: int) -> TokenLogprob:
-        named = name(t)
-        piece = named if isinstance(named, bytes) else named.encode("utf-8")
-        text = named.decode("utf-8", errors="replace") if isinstance(named, bytes) else named
-        return TokenLogprob(t, text, piece, float(x[t]) - log_total)
+        shown = piece(t)
+        return TokenLogprob(t, shown.decode("utf-8", errors="replace"), shown, float(x[t]) - log_total)
 
     alternatives: tuple[TokenLogprob, ...] = ()
     if n_top > 0:

@@ -398,8 +398,7 @@ class Generation:
         """Where asked, the log-probability of `token`, decided from the target's `raw` logits (read
         now: the next decode overwrites them)."""
         if self.logprobs is not None:
-            name = lambda t: self.target.piece(t) or self.target.token_text(t)  # noqa: E731
-            self._decided.append(token_logprob(raw, token, self.logprobs, name))
+            self._decided.append(token_logprob(raw, token, self.logprobs, self.target.shown_piece))
 
     def _taken(self) -> list[TokenLogprob]:
         """The log-probabilities noted since the last step, in the order its tokens were decided."""

@@ -261,7 +261,7 @@ class Engine:
             raise UserInputError(
                 f"token {outside} is outside this model's {target.n_vocab}-token vocabulary", param="tokens"
             )
-        return [target.piece(t) or target.token_text(t).encode() for t in tokens]
+        return [target.shown_piece(t) for t in tokens]
 
     def _ready_target(self) -> LlamaModel:
         if self.info.status != "ready" or self._target is None:
