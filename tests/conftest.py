@@ -20,6 +20,7 @@ from localspec.models.catalog import load_catalog
 from localspec.paths import Paths
 
 if TYPE_CHECKING:
+    from localspec.engine.llama import LlamaModel
     from localspec.engine.worker import Engine
 
 # The environment as the session found it, before any test moves LOCALSPEC_HOME:
@@ -73,6 +74,19 @@ def tiny_target(tiny_dir: Path) -> Path:
 def tiny_perfect_draft(tiny_dir: Path) -> Path:
     """The target's weights in another file: drafts are always accepted."""
     return tinymodels.write_perfect_draft(tiny_dir / "tiny-perfect-draft.gguf")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_target: Path) -> Iterator[LlamaModel]:
+    """The tiny target alone, loaded as test_engine's engines load it (exact): for Generations of
+    a test's own and for references decoded one token at a time."""
+    from test_engine import TINY
+
+    from localspec.engine.llama import LlamaModel
+
+    model = LlamaModel(tiny_target, TINY)
+    yield model
+    model.close()
 
 
 @pytest.fixture(scope="module")

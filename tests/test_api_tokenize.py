@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from daemonproc import Daemon, start_daemon
-from test_engine import TINY
 
 from localspec.engine.llama import LlamaModel
 
@@ -23,19 +22,15 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Itera
     assert d.stop() == 0, d.log()
 
 
-def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny_target: Path) -> None:
-    model = LlamaModel(tiny_target, TINY)
-    try:
-        plain = model.tokenize(TEXT, add_special=False)
-        special = model.tokenize(TEXT, add_special=True)
-        # The pieces joined, as llama-server's /detokenize answers (this SentencePiece vocabulary
-        # gives the text a leading space).
-        text = model.detokenize(plain)
-        eos = model.eog_tokens()[0]
-        eos_name = model.token_text(eos)
-        assert model.piece(eos) == b"" and eos_name
-    finally:
-        model.close()
+def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny: LlamaModel) -> None:
+    plain = tiny.tokenize(TEXT, add_special=False)
+    special = tiny.tokenize(TEXT, add_special=True)
+    # The pieces joined, as llama-server's /detokenize answers (this SentencePiece vocabulary
+    # gives the text a leading space).
+    text = tiny.detokenize(plain)
+    eos = tiny.eog_tokens()[0]
+    eos_name = tiny.token_text(eos)
+    assert tiny.piece(eos) == b"" and eos_name
     with daemon.http() as http:
         assert http.post("/tokenize", json={"content": TEXT}).json() == {"tokens": plain}
         assert http.post("/tokenize", json={"content": TEXT, "add_special": True}).json()["tokens"] == special

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -785,13 +785,6 @@ def test_batched_verifies_learn_their_own_scale_beside_plain_decodes() -> None:
 
 
 # --- the tiny models, through llama.cpp -----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_target: Path) -> Iterator[LlamaModel]:
-    model = LlamaModel(tiny_target, TINY)
-    yield model
-    model.close()
 
 
 def generate(target: LlamaModel, policy: Policy, prompt: str, **kw: object) -> Generation:

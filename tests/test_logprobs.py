@@ -15,7 +15,7 @@ import numpy as np
 import openai
 import pytest
 from daemonproc import Daemon, start_daemon
-from test_engine import PROMPTS, TINY, decode_alone, run
+from test_engine import PROMPTS, decode_alone, run
 
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import token_logprob
@@ -61,24 +61,20 @@ def _alone(model: LlamaModel, prompt: str, tokens: tuple[int, ...]) -> list[floa
 
 @pytest.mark.parametrize("method", ["none", "draft", "ngram", "layerskip", "auto"])
 def test_each_tokens_logprob_is_the_target_alones_for_every_method(
-    perfect: Engine, tiny_target: Path, method: str
+    perfect: Engine, tiny: LlamaModel, method: str
 ) -> None:
-    model = LlamaModel(tiny_target, TINY)
-    try:
-        drafted = 0
-        for prompt in PROMPTS[:4]:
-            result = run(perfect, prompt, method, 4, max_tokens=24, logprobs=3)  # type: ignore[arg-type]
-            assert [lp.token for lp in result.logprobs] == list(result.token_ids)
-            alone = _alone(model, prompt, result.token_ids)
-            # Up to the batched kernels' rounding (a verify's rows are not one-token decodes').
-            assert [lp.logprob for lp in result.logprobs] == pytest.approx(alone, abs=2e-3)
-            for lp in result.logprobs:
-                assert len(lp.top) == 3 and lp.top[0].token == lp.token  # greedy: the most probable
-            drafted += result.stats.drafted
-        if method in ("draft", "layerskip"):
-            assert drafted > 0  # decided in batched verifies
-    finally:
-        model.close()
+    drafted = 0
+    for prompt in PROMPTS[:4]:
+        result = run(perfect, prompt, method, 4, max_tokens=24, logprobs=3)  # type: ignore[arg-type]
+        assert [lp.token for lp in result.logprobs] == list(result.token_ids)
+        alone = _alone(tiny, prompt, result.token_ids)
+        # Up to the batched kernels' rounding (a verify's rows are not one-token decodes').
+        assert [lp.logprob for lp in result.logprobs] == pytest.approx(alone, abs=2e-3)
+        for lp in result.logprobs:
+            assert len(lp.top) == 3 and lp.top[0].token == lp.token  # greedy: the most probable
+        drafted += result.stats.drafted
+    if method in ("draft", "layerskip"):
+        assert drafted > 0  # decided in batched verifies
 
 
 def test_streamed_chunks_carry_their_tokens_logprobs(perfect: Engine) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import pytest
-from test_engine import PROMPTS, TINY, decode_alone, run
+from test_engine import PROMPTS, decode_alone, run
 
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import adjusted, distribution, sample_at
@@ -102,23 +101,19 @@ def _alone(model: LlamaModel, prompt: str, params: SamplingParams, n: int) -> li
 
 @pytest.mark.parametrize("params", PENALTIES)
 def test_a_penalised_greedy_reply_is_the_target_alones_for_every_method(
-    perfect: Engine, tiny_target: Path, params: SamplingParams
+    perfect: Engine, tiny: LlamaModel, params: SamplingParams
 ) -> None:
-    model = LlamaModel(tiny_target, TINY)
-    try:
-        changed = 0
-        for prompt in PROMPTS[:5]:
-            plain = run(perfect, prompt, "none", max_tokens=24).token_ids
-            base = run(perfect, prompt, "none", max_tokens=24, sampling=params)
-            assert list(base.token_ids) == _alone(model, prompt, params, 24), prompt
-            changed += base.token_ids != plain
-            for method in ("draft", "ngram", "layerskip", "auto"):
-                spec = run(perfect, prompt, method, 4, max_tokens=24, sampling=params)
-                assert spec.token_ids == base.token_ids, (prompt, method)
-                assert spec.stats.fallback_reason is None
-        assert changed  # the penalties bite
-    finally:
-        model.close()
+    changed = 0
+    for prompt in PROMPTS[:5]:
+        plain = run(perfect, prompt, "none", max_tokens=24).token_ids
+        base = run(perfect, prompt, "none", max_tokens=24, sampling=params)
+        assert list(base.token_ids) == _alone(tiny, prompt, params, 24), prompt
+        changed += base.token_ids != plain
+        for method in ("draft", "ngram", "layerskip", "auto"):
+            spec = run(perfect, prompt, method, 4, max_tokens=24, sampling=params)
+            assert spec.token_ids == base.token_ids, (prompt, method)
+            assert spec.stats.fallback_reason is None
+    assert changed  # the penalties bite
 
 
 def test_penalised_drafts_are_still_accepted(perfect: Engine) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import openai
 import pytest
 from daemonproc import Daemon, start_daemon
-from test_engine import PROMPTS, TINY, run
+from test_engine import PROMPTS, run
 
 from localspec.engine.llama import LlamaModel
 from localspec.engine.prompting import prediction_matched, prompt_forms
@@ -45,23 +45,19 @@ def test_a_prediction_is_drafted_from_from_the_first_token_and_changes_nothing(
         assert drafted_predicted > max(2 * drafted_plain, 40)
 
 
-def test_a_prediction_the_prompt_holds_is_looked_up_there_alone(tiny_target: Path) -> None:
+def test_a_prediction_the_prompt_holds_is_looked_up_there_alone(tiny: LlamaModel) -> None:
     # Looked up twice (the prompt and a view of the prediction), a file cost the code edits speed.
     prompt = "".join(f"def f{i}(a, b):\n    return a + {i}\n" for i in range(5))  # ten lines
-    model = LlamaModel(tiny_target, TINY)
-    try:
-        tokens = model.tokenize(prompt)
+    tokens = tiny.tokenize(prompt)
 
-        def views(prediction: str) -> int:
-            request = GenerationRequest(prompt=prompt, prediction=prediction)
-            return len(prompt_forms(model, request, tokens, json_reply=False).views)
+    def views(prediction: str) -> int:
+        request = GenerationRequest(prompt=prompt, prediction=prediction)
+        return len(prompt_forms(tiny, request, tokens, json_reply=False).views)
 
-        assert views(prompt) == 0
-        assert views(prompt.replace("a + 3", "a - 3")) == 0  # nine lines in ten held
-        assert views(prompt.replace("a + 3", "a - 3").replace("a + 4", "a - 4")) == 1
-        assert views("def mul(a, b):\n    return a * b\n") == 1
-    finally:
-        model.close()
+    assert views(prompt) == 0
+    assert views(prompt.replace("a + 3", "a - 3")) == 0  # nine lines in ten held
+    assert views(prompt.replace("a + 3", "a - 3").replace("a + 4", "a - 4")) == 1
+    assert views("def mul(a, b):\n    return a * b\n") == 1
 
 
 @pytest.fixture(scope="module")
