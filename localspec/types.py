@@ -137,6 +137,9 @@ class GenerationRequest:
 
     messages: tuple[ChatMessage, ...] = ()
     prompt: str | None = None
+    # A raw prompt given as the model's token ids (OpenAI's completions take a list of ints): read
+    # as given, no BOS added; `prompt` then goes unused.
+    prompt_ids: tuple[int, ...] | None = None
     # A chat request whose messages were already rendered into `prompt` (Engine.prepare): its reply
     # is still a chat reply, Markdown, where auto tells prose from fenced code.
     chat: bool = False
@@ -164,6 +167,10 @@ class GenerationRequest:
     # Report each generated token's log-probability with this many of the most probable tokens
     # beside it (0: the token's alone; at most MAX_TOP_LOGPROBS); None: none reported.
     logprobs: int | None = None
+    # Score the prompt too (OpenAI completions' `echo` with `logprobs`): each prompt token's
+    # log-probability after the tokens before it, with this many alternatives. The whole prompt is
+    # read again for it (a cached prefix has no logits left); None: not asked.
+    prompt_logprobs: int | None = None
 
 
 @dataclass
@@ -215,12 +222,13 @@ class TokenLogprob:
     """A token's log-probability where it was decided, under the target's own distribution: the
     log-softmax of its raw logits, before penalties, grammar, temperature and truncation (what
     llama-server and Ollama report). `top`: the most probable tokens there, most probable first.
-    `text` is the token's bytes as text, a special token's name where it renders as nothing."""
+    `text` is the token's bytes as text, a special token's name where it renders as nothing.
+    `logprob` is None for a prompt's first token: nothing before it predicts it."""
 
     token: int
     text: str
     piece: bytes
-    logprob: float
+    logprob: float | None
     top: tuple[TokenLogprob, ...] = ()
 
 
@@ -231,12 +239,16 @@ class TokenChunk:
     `from_draft` counts how many of `token_ids` were drafted and accepted (the rest
     came from the target itself), for colouring and live acceptance stats. `logprobs`, one per
     token id, where the request asked for them.
+
+    `prompt`: the chunk is the prompt scored (GenerationRequest.prompt_logprobs), sent before the
+    first generated token: its ids are the prompt's, its text empty, its logprobs one per id.
     """
 
     text: str
     token_ids: tuple[int, ...]
     from_draft: int = 0
     logprobs: tuple[TokenLogprob, ...] = ()
+    prompt: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,3 +262,4 @@ class GenerationResult:
     stop_string: str | None = None  # the request's stop string that ended it, if one did
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, where the request asked for them
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # one per prompt token, where asked

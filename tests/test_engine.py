@@ -21,7 +21,7 @@ from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import Draws
 from localspec.engine.speculative import FixedPolicy, Generation
 from localspec.engine.worker import Engine
-from localspec.errors import ContextOverflowError
+from localspec.errors import ContextOverflowError, UserInputError
 from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
 
 PROMPTS = [
@@ -232,6 +232,18 @@ def test_prompt_longer_than_the_context_is_refused_with_both_numbers(tiny_target
         assert err.value.n_ctx == engine.info.n_ctx and err.value.n_prompt > engine.info.n_ctx
         assert str(err.value.n_ctx) in err.value.message and str(err.value.n_prompt) in err.value.message
         assert run(engine, "hello", "none", max_tokens=4).token_ids  # still serving
+
+
+def test_an_empty_prompt_is_refused_not_continued_from_a_stale_row(perfect: Engine) -> None:
+    # A tokenizer without BOS turns "" into no tokens; llama.cpp then hands back a row of logits no
+    # decode of this prompt wrote, and a reply was drawn from it.
+    for request in (
+        GenerationRequest(prompt_ids=(), max_tokens=4),
+        GenerationRequest(prompt_ids=(), max_tokens=0, prompt_logprobs=1),
+    ):
+        with pytest.raises(UserInputError, match="the prompt is empty"):
+            perfect.generate(request)
+    assert perfect.generate(GenerationRequest(prompt_ids=(1, 2), max_tokens=2)).token_ids  # still serving
 
 
 def test_no_thread_that_ran_llama_cpp_outlives_its_work(

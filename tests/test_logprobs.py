@@ -93,7 +93,7 @@ def test_a_sampled_tokens_logprob_is_of_the_token_drawn(perfect: Engine) -> None
     params = SamplingParams(temperature=1.0, seed=5)
     result = run(perfect, PROMPTS[0], "draft", 4, max_tokens=24, sampling=params, logprobs=0)
     assert [lp.token for lp in result.logprobs] == list(result.token_ids)
-    assert all(lp.logprob <= 0.0 and lp.top == () for lp in result.logprobs)
+    assert all(lp.logprob is not None and lp.logprob <= 0.0 and lp.top == () for lp in result.logprobs)
 
 
 # Through the API.
@@ -233,3 +233,61 @@ def _output_text(response: openai.types.responses.Response) -> openai.types.resp
     part = message.content[0]
     assert part.type == "output_text"
     return part
+
+
+# The prompt scored (OpenAI completions' echo): lm-evaluation-harness's loglikelihood.
+
+LONG = " ".join(PROMPTS) + " " + " ".join(reversed(PROMPTS))  # more than one SCORE_CHUNK of tokens
+
+
+def _prompt_alone(model: LlamaModel, tokens: list[int], argmax: list[int] | None = None) -> list[float]:
+    """The target alone's float64 log-probability of each prompt token after the ones before it,
+    decoded one at a time (and into `argmax`, its most probable token there)."""
+    model.reset()
+    out: list[float] = []
+    for i, token in enumerate(tokens):
+        if i:
+            row = _log_softmax(model.logits(-1))
+            out.append(float(row[token]))
+            if argmax is not None:
+                argmax.append(int(row.argmax()))
+        model.decode([token], 1)
+    return out
+
+
+def test_a_scored_prompt_is_the_target_alones_across_chunks_and_a_cached_prefix(
+    perfect: Engine, tiny: LlamaModel
+) -> None:
+    from localspec.engine.speculative import SCORE_CHUNK
+
+    tokens = tiny.tokenize(LONG)
+    assert len(tokens) > 2 * SCORE_CHUNK
+    alone = _prompt_alone(tiny, tokens)
+    plain = run(perfect, LONG, "draft", max_tokens=12)
+    # cache_prompt on and the same prompt just read: a scored prompt is still read whole.
+    scored = run(perfect, LONG, "draft", max_tokens=12, logprobs=2, prompt_logprobs=2, cache_prompt=True)
+    entries = scored.prompt_logprobs
+    assert [e.token for e in entries] == tokens and scored.stats.cached_tokens == 0
+    assert entries[0].logprob is None and entries[0].top == ()
+    # The prompt's rows come from 64-wide decodes, whose rounding on this tiny model's large logits
+    # (10-20) moves a log-probability by up to 0.025; a row off by one position would be off by units.
+    assert [e.logprob for e in entries[1:]] == pytest.approx(alone, abs=5e-2)
+    assert all(len(e.top) == 2 and e.top[0].logprob >= e.logprob - 1e-6 for e in entries[1:])  # type: ignore[operator]
+    # The reply is the one the prompt gives unscored.
+    assert scored.token_ids == plain.token_ids and len(scored.logprobs) == len(plain.token_ids)
+    assert plain.prompt_logprobs == ()
+    only = run(perfect, LONG, "none", max_tokens=0, prompt_logprobs=0)
+    assert only.token_ids == () and [e.logprob for e in only.prompt_logprobs[1:]] == pytest.approx(
+        alone, abs=5e-2
+    )
+
+
+def test_a_scored_prompt_streams_first(perfect: Engine) -> None:
+    request = GenerationRequest(prompt=PROMPTS[2], max_tokens=6, prompt_logprobs=0, cache_prompt=False)
+    handle = perfect.submit(request)
+    chunks = list(handle)
+    assert handle.result is not None
+    assert chunks[0].prompt and chunks[0].text == "" and chunks[0].logprobs == handle.result.prompt_logprobs
+    assert chunks[0].token_ids == tuple(e.token for e in handle.result.prompt_logprobs)
+    assert not any(c.prompt for c in chunks[1:])
+    assert tuple(t for c in chunks[1:] for t in c.token_ids) == handle.result.token_ids

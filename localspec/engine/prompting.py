@@ -129,9 +129,23 @@ def prompt_tokens(
                 return prompt_tokens(model, request, own)
         text = renderer.render(chat_template(model), request.messages, offered_tools(request))
         return _tokenize_rendered(model, text)
+    if request.prompt_ids is not None:
+        return _checked_ids(model, request.prompt_ids)
     if request.prompt is None:
         raise UserInputError("the request has neither messages nor a prompt", param="messages")
     return _tokenize_rendered(model, request.prompt)
+
+
+def _checked_ids(model: LlamaModel, ids: Sequence[int]) -> list[int]:
+    """A prompt given as token ids, each one of the model's (llama.cpp reads past its tables otherwise)."""
+    for i, token in enumerate(ids):
+        if not 0 <= token < model.n_vocab:
+            raise UserInputError(
+                f"prompt token {i} is {token}, outside this model's vocabulary of {model.n_vocab} "
+                f"tokens (0-{model.n_vocab - 1}); tokenize with /tokenize",
+                param="prompt",
+            )
+    return list(ids)
 
 
 def chat_template(model: LlamaModel) -> ChatTemplate:

@@ -150,8 +150,7 @@ def token_logprob(logits: FloatArray, token: int, n_top: int, piece: Callable[[i
     log_total = top + math.log(float(np.exp(shifted, out=shifted).sum(dtype=np.float64)))
 
     def entry(t: int) -> TokenLogprob:
-        shown = piece(t)
-        return TokenLogprob(t, shown.decode("utf-8", errors="replace"), shown, float(x[t]) - log_total)
+        return token_entry(t, piece(t), float(x[t]) - log_total)
 
     alternatives: tuple[TokenLogprob, ...] = ()
     if n_top > 0:
@@ -159,6 +158,11 @@ def token_logprob(logits: FloatArray, token: int, n_top: int, piece: Callable[[i
         order = np.lexsort((ids, -x[ids]))[:n_top]
         alternatives = tuple(entry(int(t)) for t in ids[order])
     return replace(entry(token), top=alternatives)
+
+
+def token_entry(token: int, shown: bytes, logprob: float | None) -> TokenLogprob:
+    """`token` shown as `shown` (its bytes, LlamaModel.shown_piece), with `logprob` and no alternatives."""
+    return TokenLogprob(token, shown.decode("utf-8", errors="replace"), shown, logprob)
 
 
 def _biased(logits: npt.NDArray[np.float32], bias: Sequence[tuple[int, float]]) -> npt.NDArray[np.float32]:

@@ -31,9 +31,17 @@ import numpy.typing as npt
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter, Preparing
 from localspec.engine.llama import LlamaModel
-from localspec.engine.sampling import Draws, adjusted, distribution, greedy_accept, sample_at, token_logprob
+from localspec.engine.sampling import (
+    Draws,
+    adjusted,
+    distribution,
+    greedy_accept,
+    sample_at,
+    token_entry,
+    token_logprob,
+)
 from localspec.engine.textstream import TextStream
-from localspec.errors import ContextOverflowError, RequestCancelledError
+from localspec.errors import ContextOverflowError, RequestCancelledError, UserInputError
 from localspec.types import (
     FinishReason,
     GenerationResult,
@@ -47,6 +55,9 @@ from localspec.types import (
 # Measured on Qwen2.5-Coder-1.5B Q4_K_M (CPU): batching moves the gap between the top two
 # logits by up to 0.59 (0.34 with weight repacking off); see docs/benchmarks.md.
 NEAR_TIE = 1.0
+# Positions a scored prompt's decodes read at a time (Generation._score_prompt): as wide as the widest
+# verify, whose output rows llama.cpp already keeps room for.
+SCORE_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,7 @@ class Generation:
         min_indent: int = 0,
         constraint: Constraint | None = None,
         logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
 
@@ -166,9 +178,12 @@ class Generation:
         once, past it, when a newline was already written), as llama-server's t_max_predict_ms.
         `constraint`: a grammar every generated token must follow.
         `logprobs`: report each token's log-probability with this many alternatives (None: none).
+        `prompt_logprobs`: the same for every prompt token, read afresh (GenerationRequest's).
         """
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
+        if not prompt:  # no logits to continue from (llama.cpp would hand back a stale row)
+            raise UserInputError("the prompt is empty: send some text to continue", param="prompt")
         self.target = target
         self.prompt = list(prompt)
         self.tokens = list(prompt)
@@ -181,12 +196,15 @@ class Generation:
         self.logprobs = logprobs
         self._decided: list[TokenLogprob] = []  # this step's tokens' log-probabilities, as decided
         self._all_logprobs: list[TokenLogprob] = []
+        self.prompt_logprobs = prompt_logprobs
+        self._scored: tuple[TokenLogprob, ...] = ()  # the prompt's tokens' log-probabilities, where asked
         self.cancel = cancel or threading.Event()
         # One uniform per position, from the seed: the target's draw and a draft model's guess there.
         self.draws = Draws(params.seed if params.seed is not None else secrets.randbits(63))
         self.stream = TextStream(stop, min_indent)
-        # The last prompt token is always decoded again: its logits choose the first token.
-        self.reuse = max(0, min(reuse, len(prompt) - 1))
+        # The last prompt token is always decoded again: its logits choose the first token. A prompt
+        # scored is read whole: a cached prefix has no logits left.
+        self.reuse = 0 if prompt_logprobs is not None else max(0, min(reuse, len(prompt) - 1))
         self.stats = GenerationStats(
             method=method, k=k, prompt_tokens=len(prompt), cached_tokens=self.reuse, exact=target.exact
         )
@@ -206,14 +224,19 @@ class Generation:
         else:
             self.target.reset()
         try:
-            # What the policy does with the prompt alone it does while the target reads the prompt:
-            # on a GPU at the same time; on the CPU in the time to first token, not between tokens.
-            prompt = self.prompt[self.reuse :]
-            self.stats.target_s += self.target.decode(prompt, 1, self.cancel, self._prepare)
+            if self.prompt_logprobs is not None:
+                self._score_prompt()
+            else:
+                # What the policy does with the prompt alone it does while the target reads the
+                # prompt: on a GPU at the same time; on the CPU in the time to first token.
+                prompt = self.prompt[self.reuse :]
+                self.stats.target_s += self.target.decode(prompt, 1, self.cancel, self._prepare)
         except RequestCancelledError:  # stopped while the prompt was read: no tokens, the cache intact
             self.finish = "cancelled"
             self._close(t0)
             return
+        if self._scored:
+            yield TokenChunk("", tuple(self.prompt), 0, self._scored, prompt=True)
         if self.max_tokens <= 0:  # a warm-up: the prompt is in the cache, nothing to generate
             self.finish = "length"
             self.stats.ttft_s = time.perf_counter() - t0
@@ -235,6 +258,22 @@ class Generation:
         if tail:
             yield TokenChunk(tail, ())
         self._close(t0)
+
+    def _score_prompt(self) -> None:
+        """Read the prompt with every position's logits, each prompt token scored by the logits of the
+        position before it, SCORE_CHUNK positions a decode: llama.cpp keeps room for as many output
+        rows as a decode asks for (600 KB each for a 152k vocabulary) for as long as it runs."""
+        self._prepare()
+        assert self.prompt_logprobs is not None
+        prompt, piece = self.prompt, self.target.shown_piece
+        scored = [token_entry(prompt[0], piece(prompt[0]), None)]  # nothing before it predicts it
+        size = min(SCORE_CHUNK, self.target.options.n_batch)  # one llama_decode each: its rows all read
+        for start in range(0, len(prompt), size):
+            chunk = prompt[start : start + size]
+            self.stats.target_s += self.target.decode(chunk, len(chunk), self.cancel)
+            for i, token in enumerate(prompt[start + 1 : start + 1 + len(chunk)]):
+                scored.append(token_logprob(self.target.logits(i), token, self.prompt_logprobs, piece))
+        self._scored = tuple(scored)
 
     def _prepare(self) -> None:
         try:
@@ -475,6 +514,7 @@ class Generation:
             st,
             self.stream.matched,
             logprobs=tuple(self._all_logprobs),
+            prompt_logprobs=self._scored,
         )
 
 

@@ -449,6 +449,7 @@ class Engine:
             min_indent=req.min_indent,
             constraint=constraint,
             logprobs=req.logprobs,
+            prompt_logprobs=req.prompt_logprobs,
         )
         gen.stats.fallback_reason = reason
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
