@@ -291,3 +291,102 @@ def test_a_scored_prompt_streams_first(perfect: Engine) -> None:
     assert chunks[0].token_ids == tuple(e.token for e in handle.result.prompt_logprobs)
     assert not any(c.prompt for c in chunks[1:])
     assert tuple(t for c in chunks[1:] for t in c.token_ids) == handle.result.token_ids
+
+
+def test_openai_echo_scores_a_prompt_of_token_ids(daemon: Daemon, tiny: LlamaModel) -> None:
+    tokens = tiny.tokenize(LONG)
+    alone = _prompt_alone(tiny, tokens)
+    with daemon.openai() as client:
+        out = client.completions.create(
+            model="tiny-target", prompt=tokens, max_tokens=0, echo=True, logprobs=1, temperature=0
+        )
+    choice = out.choices[0]
+    lp = choice.logprobs
+    assert lp is not None and lp.tokens and lp.token_logprobs and lp.top_logprobs and lp.text_offset
+    # Ids echo as their tokens' texts: the BOS this vocabulary adds shows its name (as Hugging Face's
+    # decode writes it), where a detokenized text has nothing.
+    assert tiny.add_bos
+    assert choice.text == "".join(lp.tokens) == tiny.token_text(tokens[0]) + tiny.detokenize(tokens)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.token_logprobs[1:] == pytest.approx(alone, abs=5e-2)  # 64-wide decodes' rounding, as above
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))]
+    assert out.usage is not None and (out.usage.prompt_tokens, out.usage.completion_tokens) == (
+        len(tokens),
+        0,
+    )
+
+
+def _loglikelihood(daemon: Daemon, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+    """What lm-evaluation-harness's local-completions makes of a loglikelihood request (tokenized,
+    batch size 1): the body it sends, read as its parse_logprobs reads the answer."""
+    body = {
+        "model": "tiny-target",
+        "prompt": [context + continuation],
+        "temperature": 0,
+        "max_tokens": 1,
+        "logprobs": 1,
+        "seed": 1234,
+        "echo": True,
+    }
+    with daemon.http() as http:
+        out = http.post("/v1/completions", json=body).json()
+    choice = sorted(out["choices"], key=lambda c: c["index"])[0]
+    lps, tops = choice["logprobs"]["token_logprobs"], choice["logprobs"]["top_logprobs"]
+    assert len(lps) == len(context) + len(continuation) + 1  # and the one token generated
+    ctxlen = len(context)
+    greedy = all(lp == max(top.values()) for lp, top in zip(lps[ctxlen:-1], tops[ctxlen:-1], strict=True))
+    return sum(lps[ctxlen:-1]), greedy
+
+
+def test_lm_evaluation_harness_loglikelihood(daemon: Daemon, tiny: LlamaModel) -> None:
+    context = tiny.tokenize("the cat sat on")
+    own = decode_alone(
+        tiny, "the cat sat on", lambda row, seq: int(row.argmax()) if len(seq) < len(context) + 4 else None
+    )
+    for continuation in (own, tiny.tokenize(" the lazy dog", add_special=False)):
+        best: list[int] = []
+        alone = _prompt_alone(tiny, context + continuation, best)
+        total, greedy = _loglikelihood(daemon, context, continuation)
+        assert total == pytest.approx(sum(alone[len(context) - 1 :]), abs=2e-2)
+        assert greedy == (best[len(context) - 1 :] == continuation)
+    assert _loglikelihood(daemon, context, own)[1]  # the target's own reply is its greedy choice
+
+
+def test_openai_echo_streamed_and_several_prompts(daemon: Daemon) -> None:
+    asked: dict[str, Any] = {"model": "tiny-target", "max_tokens": 6, "temperature": 0, "echo": True}
+    with daemon.openai() as client:
+        whole = client.completions.create(prompt="one two", logprobs=0, **asked)
+        text = whole.choices[0].text
+        assert text.startswith("one two") and len(text) > len("one two")
+        stream = client.completions.create(prompt="one two", logprobs=0, stream=True, **asked)
+        chunks = [c.choices[0] for c in stream if c.choices]
+        assert chunks[0].text == "one two" and chunks[0].logprobs is not None
+        assert chunks[0].logprobs.token_logprobs is not None and chunks[0].logprobs.token_logprobs[0] is None
+        assert "".join(c.text for c in chunks) == text
+        # Echo without logprobs: the text alone; several prompts, each with its n choices in order.
+        many = client.completions.create(prompt=["one two", "a b c"], n=2, **asked)
+        assert [c.index for c in many.choices] == [0, 1, 2, 3]
+        assert [c.text.split(" ")[0] for c in many.choices] == ["one", "one", "a", "a"]
+        assert many.choices[0].text == text and many.choices[0].logprobs is None
+        single = [
+            client.completions.create(prompt=p, max_tokens=1, model="tiny-target")
+            for p in ("one two", "a b c")
+        ]
+        assert many.usage is not None
+        assert many.usage.prompt_tokens == sum(s.usage.prompt_tokens for s in single if s.usage is not None)
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"prompt": [1, 10**7]}, "prompt token 1 is 10000000, outside"),
+        ({"prompt": "x", "echo": True, "suffix": "y"}, "echo cannot be combined with suffix"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens must be at least 1"),
+        ({"prompt": []}, "prompt is an empty list"),
+        ({"prompt": ["x"] * 33, "n": 2}, "33 prompts x n=2 is more than the 64"),
+    ],
+)
+def test_completions_prompts_refused_in_one_line(daemon: Daemon, body: dict[str, Any], words: str) -> None:
+    with daemon.http() as http:
+        out = http.post("/v1/completions", json={"model": "tiny-target", **body})
+    assert out.status_code == 400 and words in out.json()["error"]["message"], out.text

@@ -19,7 +19,8 @@ def chat_entries(logprobs: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
 
 
 def legacy_lists(logprobs: Sequence[TokenLogprob], offset: int) -> dict[str, Any]:
-    """OpenAI's text completions: parallel lists, each token's text offset counted from `offset`."""
+    """OpenAI's text completions: parallel lists, each token's text offset counted from `offset`.
+    An echoed prompt's first token has null for its log-probability and its alternatives."""
     offsets: list[int] = []
     for lp in logprobs:
         offsets.append(offset)
@@ -27,7 +28,9 @@ def legacy_lists(logprobs: Sequence[TokenLogprob], offset: int) -> dict[str, Any
     return {
         "tokens": [lp.text for lp in logprobs],
         "token_logprobs": [lp.logprob for lp in logprobs],
-        "top_logprobs": [{t.text: t.logprob for t in lp.top} for lp in logprobs],
+        "top_logprobs": [
+            None if lp.logprob is None else {t.text: t.logprob for t in lp.top} for lp in logprobs
+        ],
         "text_offset": offsets,
     }
 

@@ -25,7 +25,7 @@ from localspec.server.schemas import (
     ChatCompletionBody,
     CompletionBody,
     chat_request,
-    completion_request,
+    completion_requests,
     parse_body,
 )
 from localspec.server.state import ModelState, Run, server_state
@@ -40,16 +40,28 @@ class OpenAIFormat:
     media_type = "text/event-stream"
 
     def __init__(
-        self, model: str, chat: bool, include_usage: bool, logprobs: bool = False, n: int = 1
+        self,
+        model: str,
+        chat: bool,
+        include_usage: bool,
+        logprobs: bool = False,
+        n: int = 1,
+        prompts: int = 1,
+        echo: Sequence[str] | None = None,
     ) -> None:
+        """`n`: the choices each of `prompts` has (more than one prompt: text completions only);
+        `echo`: each prompt's text, where a text completion echoes it before its choices' text."""
         self.model = model
         self.chat = chat
         self.include_usage = include_usage
         self.logprobs = logprobs
-        self.n = n  # choices, generated one after another
+        self.per_prompt = n
+        self.n = n * prompts  # choices, generated one after another
+        self.echo = echo
         self.index = 0  # the choice being formatted
         self.ended: list[GenerationResult] = []  # the choices whose final frame went out
         self._offset = 0  # a streamed completion's text so far, where its tokens' offsets count from
+        self._echoed = False  # whether this streamed choice's prompt went out
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
@@ -60,6 +72,10 @@ class OpenAIFormat:
         self.index += 1
         self._role_sent = False
         self._offset = 0
+        self._echoed = False
+
+    def _echo_text(self) -> str:
+        return self.echo[self.index // self.per_prompt] if self.echo else ""
 
     def _head(self, streamed: bool) -> dict[str, Any]:
         obj = f"{self.object}.chunk" if streamed and self.chat else self.object
@@ -102,13 +118,22 @@ class OpenAIFormat:
         return b"data: " + json_bytes(data) + b"\n\n"
 
     def chunk(self, chunk: TokenChunk) -> bytes:
+        if chunk.prompt:  # the prompt scored: its text goes out with its tokens' log-probabilities
+            return self._echo(chunk.logprobs)
         # localspec extension: token ids and how many came from the draft, for live acceptance views.
         extra = {"token_ids": list(chunk.token_ids), "from_draft": chunk.from_draft}
         choice = self._choice(chunk.text, None, chunk.logprobs)
-        return self._sse({**self._head(True), "choices": [choice], "localspec": extra})
+        return self._echo() + self._sse({**self._head(True), "choices": [choice], "localspec": extra})
+
+    def _echo(self, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
+        """A streamed choice's prompt, once, before its first text."""
+        if not self.echo or self._echoed:
+            return b""
+        self._echoed = True
+        return self._sse({**self._head(True), "choices": [self._choice(self._echo_text(), None, logprobs)]})
 
     def final(self, result: GenerationResult) -> bytes:
-        frames = []
+        frames = [self._echo()]  # where nothing was generated
         if result.tool_calls:
             # The calls in one delta each: clients join the deltas of an index into one call.
             calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
@@ -122,7 +147,9 @@ class OpenAIFormat:
         if len(self.ended) < self.n:  # the next choice follows
             return b"".join(frames)
         if self.include_usage:
-            frames.append(self._sse({**self._head(True), "choices": [], "usage": _usage(self.ended)}))
+            frames.append(
+                self._sse({**self._head(True), "choices": [], "usage": _usage(self.ended, self.per_prompt)})
+            )
         return b"".join(frames) + b"data: [DONE]\n\n"
 
     def error(self, exc: LocalspecError) -> bytes:
@@ -140,7 +167,7 @@ class OpenAIFormat:
         return {
             **self._head(False),
             "choices": choices,
-            "usage": _usage(results),
+            "usage": _usage(results, self.per_prompt),
             **stats_fields(results[-1].stats),
         }
 
@@ -158,6 +185,9 @@ class OpenAIFormat:
                 "finish_reason": finish,
             }
         self._offset = 0
+        if self.echo:
+            scored = (*result.prompt_logprobs, *result.logprobs)
+            return self._choice(self._echo_text() + result.text, finish, scored)
         return self._choice(result.text, finish, result.logprobs)
 
     def _tool_calls(self, result: GenerationResult) -> list[dict[str, Any]]:
@@ -165,9 +195,9 @@ class OpenAIFormat:
         return openai_tool_calls(list(result.tool_calls), ids)
 
 
-def _usage(results: Sequence[GenerationResult]) -> dict[str, Any]:
-    """Every choice's tokens, the prompt's once (each choice reads the same prompt)."""
-    prompt = results[0].stats.prompt_tokens
+def _usage(results: Sequence[GenerationResult], per_prompt: int = 1) -> dict[str, Any]:
+    """Every choice's tokens, each prompt's once (its `per_prompt` choices read the same prompt)."""
+    prompt = sum(r.stats.prompt_tokens for r in results[::per_prompt])
     completion = sum(r.stats.tokens for r in results)
     usage: dict[str, Any] = {
         "prompt_tokens": prompt,
@@ -190,26 +220,37 @@ async def chat_completions(request: Request) -> Response:
     model = state.resolve_model(body.model)
     greq = chat_request(body, state.spec_default, state.unlimited)
     fmt = OpenAIFormat(model, True, body.include_usage(), logprobs=body.logprobs, n=body.n)
-    return await _respond(state, request, greq, body.stream, fmt)
+    return await _respond(state, request, [_nth(greq, i) for i in range(body.n)], body.stream, fmt)
 
 
 async def completions(request: Request) -> Response:
     body = parse_body(await request.body(), CompletionBody)
     state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
-    greq = completion_request(body, state.spec_default, state.unlimited)
-    fmt = OpenAIFormat(model, False, body.include_usage(), logprobs=body.logprobs is not None, n=body.n)
-    return await _respond(state, request, greq, body.stream, fmt)
+    prompts = completion_requests(body, state.spec_default, state.unlimited)
+    echo = [await _prompt_text(state, p) for p in prompts] if body.echo else None
+    fmt = OpenAIFormat(
+        model, False, body.include_usage(), body.logprobs is not None, body.n, len(prompts), echo
+    )
+    choices = [_nth(greq, i) for greq in prompts for i in range(body.n)]
+    return await _respond(state, request, choices, body.stream, fmt)
+
+
+async def _prompt_text(state: ModelState, greq: GenerationRequest) -> str:
+    """The text a completion echoes: its prompt as given, or its token ids' text."""
+    if greq.prompt_ids is None:
+        return greq.prompt or ""
+    pieces = await anyio.to_thread.run_sync(state.engine.pieces, list(greq.prompt_ids))
+    return b"".join(pieces).decode("utf-8", errors="replace")
 
 
 async def _respond(
-    state: ModelState, request: Request, greq: GenerationRequest, stream: bool, fmt: OpenAIFormat
+    state: ModelState, request: Request, requests: list[GenerationRequest], stream: bool, fmt: OpenAIFormat
 ) -> Response:
-    """One choice as any request; `n` of them one after another (the prompt's cache reused), each
-    sampled with its own seed (the request's plus its index, where one is given)."""
-    if fmt.n == 1:
-        return await respond(await state.start(request, greq, stream), stream, fmt)
-    requests = [_nth(greq, i) for i in range(fmt.n)]
+    """One choice as any request; more one after another (a prompt's cache reused by its next), each
+    of a prompt's sampled with its own seed (the request's plus its index, where one is given)."""
+    if len(requests) == 1:
+        return await respond(await state.start(request, requests[0], stream), stream, fmt)
     if not stream:
         results = []
         for one in requests:

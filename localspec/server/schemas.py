@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from localspec.errors import UserInputError
 from localspec.server.refusals import NO_VISION
@@ -40,6 +41,9 @@ from localspec.types import (
 M = TypeVar("M", bound=BaseModel)
 MAX_STOP = 16
 MAX_CHOICES = 16  # n: each choice is a generation of its own, one after another
+# Prompts in one /v1/completions request, times n: each a generation of its own, one after another
+# (lm-evaluation-harness sends its batch as one request).
+MAX_PROMPT_CHOICES = 64
 OPENAI_COMPLETIONS_MAX_TOKENS = 16  # OpenAI's documented default for /v1/completions
 # Ollama's documented sampling defaults, so Ollama clients get the output they expect.
 OLLAMA_DEFAULTS = SamplingParams(temperature=0.8, top_k=40, top_p=0.9)
@@ -244,27 +248,43 @@ class ChatCompletionBody(_OpenAISampling):
             )
 
 
-class CompletionBody(_OpenAISampling):
-    """POST /v1/completions; `suffix` makes it fill-in-the-middle."""
+Prompt = str | list[StrictInt]  # text, or the model's token ids
 
-    prompt: str | list[str]
+
+class CompletionBody(_OpenAISampling):
+    """POST /v1/completions; `suffix` makes it fill-in-the-middle. `prompt` is a text, token ids, or a
+    list of either: each prompt's `n` choices follow the one before's, as OpenAI orders them."""
+
+    prompt: str | list[StrictInt] | list[str] | list[list[StrictInt]]
     suffix: str | None = None
-    echo: bool = False
+    echo: bool = Field(
+        False, description="The prompt before each choice's text; with logprobs, its tokens' scored too."
+    )
     logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="Token log-probabilities, with this many alternatives."
     )
 
-    def prompt_text(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if len(self.prompt) != 1:
-            raise UserInputError("exactly one prompt per request is supported", param="prompt")
-        return self.prompt[0]
+    def prompts(self) -> list[Prompt]:
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise UserInputError("prompt is an empty list; send a text or token ids", param="prompt")
+        if isinstance(p[0], int):  # one prompt, as token ids
+            return [[t for t in p if isinstance(t, int)]]
+        return [q if isinstance(q, str) else list(q) for q in p]
 
     def check_supported(self) -> None:
-        super().check_supported()
-        if self.echo:
-            raise UserInputError("echo is not supported by localspec", param="echo")
+        if not (self.echo and self.max_tokens == 0):  # echo alone: the prompt scored, nothing generated
+            super().check_supported()
+        if self.echo and self.suffix is not None:
+            raise UserInputError("echo cannot be combined with suffix", param="echo")
+        if len(self.prompts()) * self.n > MAX_PROMPT_CHOICES:
+            raise UserInputError(
+                f"{len(self.prompts())} prompts x n={self.n} is more than the {MAX_PROMPT_CHOICES} "
+                "generations one request may ask for; send fewer prompts per request",
+                param="prompt",
+            )
 
 
 class OllamaOptions(Penalties):
@@ -426,10 +446,10 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
     )
 
 
-def completion_request(body: CompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
+def completion_requests(body: CompletionBody, spec: SpecParams, unlimited: int) -> list[GenerationRequest]:
+    """One request per prompt (its `n` choices are made from it)."""
     body.check_supported()
-    return GenerationRequest(
-        prompt=body.prompt_text(),
+    common = GenerationRequest(
         suffix=body.suffix,
         max_tokens=body.limit(OPENAI_COMPLETIONS_MAX_TOKENS, unlimited),
         stop=stop_strings(body.stop),
@@ -437,7 +457,12 @@ def completion_request(body: CompletionBody, spec: SpecParams, unlimited: int) -
         speculative=spec_params(body.speculative, spec),
         cache_prompt=body.cache_prompt,
         logprobs=body.logprobs,
+        prompt_logprobs=body.logprobs if body.echo else None,
     )
+    return [
+        replace(common, prompt=p) if isinstance(p, str) else replace(common, prompt_ids=tuple(p))
+        for p in body.prompts()
+    ]
 
 
 def _ollama_limit(options: OllamaOptions, unlimited: int) -> int:
