@@ -41,9 +41,10 @@ def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny: LlamaM
             p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces
         )
         assert raw.decode() == text and text.strip() == TEXT
-        assert http.post("/detokenize", json={"tokens": plain}).json() == {"content": text}
+        # llama-server's key, and vLLM's beside it.
+        assert http.post("/detokenize", json={"tokens": plain}).json() == {"content": text, "prompt": text}
         # A special token renders as nothing; a list of tokens shows its name.
-        assert http.post("/detokenize", json={"tokens": [eos]}).json() == {"content": eos_name}
+        assert http.post("/detokenize", json={"tokens": [eos]}).json()["content"] == eos_name
         bad = http.post("/detokenize", json={"tokens": [plain[0], 10**7]})
         assert bad.status_code == 400 and "10000000" in bad.json()["error"]["message"]
 
@@ -56,3 +57,28 @@ def test_props_describe_the_served_model(daemon: Daemon) -> None:
     assert props["model_alias"] == "tiny-target" and props["total_slots"] == 1
     assert props["model_path"].endswith("tiny-target.gguf")
     assert isinstance(props["chat_template"], str)
+
+
+def test_vllm_tokenizer_routes_as_lm_evaluation_harness_reads_them(daemon: Daemon, tiny: LlamaModel) -> None:
+    """lm-evaluation-harness's remote tokenizer (check_remote_tokenizer_support, RemoteTokenizer):
+    GET /tokenizer_info with an eos_token, POST /tokenize {prompt, add_special_tokens} -> tokens,
+    POST /detokenize {tokens} -> prompt; the EOS id is the first token of its text."""
+    eos = int(tiny.meta("tokenizer.ggml.eos_token_id") or -1)
+    with daemon.http() as http:
+        info = http.get("/tokenizer_info").json()
+        assert info["eos_token"] == tiny.token_text(eos) and info["model_max_length"] == 512
+        assert isinstance(info["chat_template"], str) and info["add_bos_token"] == tiny.add_bos
+
+        def encode(text: str, **more: object) -> list[int]:
+            out = http.post("/tokenize", json={"prompt": text, **more}).json()
+            assert out["count"] == len(out["tokens"]) and out["max_model_len"] == 512
+            tokens: list[int] = out["tokens"]
+            return tokens
+
+        assert encode(TEXT, add_special_tokens=False) == tiny.tokenize(TEXT, add_special=False)
+        assert encode(TEXT) == tiny.tokenize(TEXT, add_special=True)  # vLLM's default adds them
+        assert encode(info["eos_token"], add_special_tokens=False)[0] == eos
+        plain = tiny.tokenize(TEXT, add_special=False)
+        assert http.post("/detokenize", json={"tokens": plain}).json()["prompt"] == tiny.detokenize(plain)
+        missing = http.post("/tokenize", json={"add_special": True})
+        assert missing.status_code == 400 and "content (or prompt)" in missing.json()["error"]["message"]

@@ -1,6 +1,7 @@
 """llama-server's own routes: `/infill` (code completion at the cursor, for llama.vim and
 llama.vscode), `/completion` (a raw prompt, for llama.cpp providers such as Continue's), and
-`/tokenize`, `/detokenize` and `/props`, which llama-server's web UI and front ends read.
+`/tokenize`, `/detokenize` and `/props`, which llama-server's web UI and front ends read. The
+tokenizer routes answer vLLM's shapes too, with its `/tokenizer_info` (lm-evaluation-harness).
 
 The bodies are llama-server's (`input_prefix`, `prompt`, `input_suffix`, `input_extra`, ...),
 and so is the answer: `content`, `timings`, `tokens_cached`, `generation_settings`, as
@@ -138,10 +139,13 @@ async def completion(request: Request) -> Response:
 
 async def tokenize(request: Request) -> Response:
     body = parse_body(await request.body(), TokenizeBody)
-    engine = (await server_state(request).use(request, body.model or None)).engine
+    state = await server_state(request).use(request, body.model or None)
+    engine = state.engine
     tokens = await anyio.to_thread.run_sync(
-        engine.tokenize, body.content, body.add_special, body.parse_special
+        engine.tokenize, body.text(), body.adds_special(), body.parse_special
     )
+    if body.vllm:
+        return JSONResponse({"count": len(tokens), "max_model_len": state.unlimited, "tokens": tokens})
     if not body.with_pieces:
         return JSONResponse({"tokens": tokens})
     pieces = await anyio.to_thread.run_sync(engine.pieces, tokens)
@@ -163,7 +167,32 @@ async def detokenize(request: Request) -> Response:
     body = parse_body(await request.body(), DetokenizeBody)
     engine = (await server_state(request).use(request, body.model or None)).engine
     pieces = await anyio.to_thread.run_sync(engine.pieces, body.tokens)
-    return JSONResponse({"content": b"".join(pieces).decode("utf-8", errors="replace")})
+    text = b"".join(pieces).decode("utf-8", errors="replace")
+    return JSONResponse({"content": text, "prompt": text})  # llama-server's name, and vLLM's
+
+
+async def tokenizer_info(request: Request) -> Response:
+    """vLLM's GET /tokenizer_info: lm-evaluation-harness tokenizes through the server where it finds it
+    (with /tokenize), so evaluating a GGUF needs no tokenizer download."""
+    state = await server_state(request).use(request, request.query_params.get("model") or None)
+    info = state.gguf_info()
+    special = [t for t in (info.bos_id, info.eos_id) if t is not None]
+    names = dict(zip(special, await anyio.to_thread.run_sync(state.engine.pieces, special), strict=True))
+
+    def name(token: int | None) -> str | None:
+        return None if token is None else names[token].decode("utf-8", errors="replace")
+
+    return JSONResponse(
+        {
+            "tokenizer_class": f"llama.cpp {info.vocab_type}",
+            "bos_token": name(info.bos_id),
+            "eos_token": name(info.eos_id),
+            "pad_token": None,
+            "add_bos_token": info.add_bos,
+            "chat_template": info.chat_template,
+            "model_max_length": state.unlimited,
+        }
+    )
 
 
 async def props(request: Request) -> Response:
@@ -202,4 +231,5 @@ ROUTES = [
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
     Route("/props", props, methods=["GET"]),
+    Route("/tokenizer_info", tokenizer_info, methods=["GET"]),
 ]

@@ -45,6 +45,7 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
 GET_ROUTES = (
     "/health",
     "/props",
+    "/tokenizer_info",
     "/v1/models",
     "/api/version",
     "/api/tags",

@@ -166,13 +166,31 @@ def pick_fields(body: dict[str, Any], fields: list[str] | None) -> dict[str, Any
 
 
 class TokenizeBody(_Body):
-    """POST /tokenize: text in the model's tokens, as llama-server answers it."""
+    """POST /tokenize: text in the model's tokens, as llama-server answers it (`content`), or as
+    vLLM does (`prompt`, `add_special_tokens`; lm-evaluation-harness's remote tokenizer sends these)."""
 
-    content: str = Field(..., max_length=MAX_TOKENIZE_CHARS)
-    add_special: bool = Field(False, description="Add the model's BOS token where it adds one.")
+    content: str | None = Field(None, max_length=MAX_TOKENIZE_CHARS)
+    prompt: str | None = Field(None, max_length=MAX_TOKENIZE_CHARS, description="vLLM's name for content.")
+    add_special: bool | None = Field(None, description="Add the model's BOS token where it adds one.")
+    add_special_tokens: bool | None = Field(None, description="vLLM's name for add_special.")
     parse_special: bool = Field(True, description="Read special tokens' text (<|im_end|>) as those tokens.")
     with_pieces: bool = Field(False, description="Each token with its text: [{id, piece}].")
     model: str | None = None
+
+    @property
+    def vllm(self) -> bool:
+        return self.content is None
+
+    def text(self) -> str:
+        text = self.content if self.content is not None else self.prompt
+        if text is None:
+            raise UserInputError("send the text to tokenize as content (or prompt)", param="content")
+        return text
+
+    def adds_special(self) -> bool:
+        """Whether to add BOS: as asked under either name, else each dialect's default (vLLM: yes)."""
+        asked = self.add_special if self.add_special is not None else self.add_special_tokens
+        return self.vllm if asked is None else asked
 
 
 class DetokenizeBody(_Body):
