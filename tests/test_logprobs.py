@@ -384,6 +384,7 @@ def test_openai_echo_streamed_and_several_prompts(daemon: Daemon) -> None:
         ({"prompt": "x", "max_tokens": 0}, "max_tokens must be at least 1"),
         ({"prompt": []}, "prompt is an empty list"),
         ({"prompt": ["x"] * 33, "n": 2}, "33 prompts x n=2 is more than the 64"),
+        ({"prompt": "x", "best_of": 3, "n": 2}, "best_of 3 is not supported"),
     ],
 )
 def test_completions_prompts_refused_in_one_line(daemon: Daemon, body: dict[str, Any], words: str) -> None:

@@ -263,6 +263,7 @@ class CompletionBody(_OpenAISampling):
     logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="Token log-probabilities, with this many alternatives."
     )
+    best_of: int | None = Field(None, ge=1, description="Refused above n (vLLM dropped it too): ask for n.")
 
     def prompts(self) -> list[Prompt]:
         p = self.prompt
@@ -279,6 +280,12 @@ class CompletionBody(_OpenAISampling):
             super().check_supported()
         if self.echo and self.suffix is not None:
             raise UserInputError("echo cannot be combined with suffix", param="echo")
+        if self.best_of is not None and self.best_of > self.n:
+            raise UserInputError(
+                f"best_of {self.best_of} is not supported (it would generate {self.best_of} and return "
+                f"{self.n}); ask for n={self.best_of} with logprobs and keep the best",
+                param="best_of",
+            )
         if len(self.prompts()) * self.n > MAX_PROMPT_CHOICES:
             raise UserInputError(
                 f"{len(self.prompts())} prompts x n={self.n} is more than the {MAX_PROMPT_CHOICES} "
