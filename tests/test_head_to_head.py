@@ -123,6 +123,29 @@ def test_auto_is_compared_with_the_best_of_all_server_modes_and_of_its_speculati
     assert row["auto_vs_best_server_spec"] == pytest.approx(38.0 / 36.0, abs=1e-3)
 
 
+def test_the_held_out_best_mode_is_picked_on_the_other_rounds() -> None:
+    # ngram-mod drafts; plain does not, but one of its rounds ran in a fast minute of the machine.
+    speeds = {
+        "server-plain": [40.0, 55.0, 40.0],
+        "server-ngram-simple": [30.0, 30.0, 30.0],
+        "server-ngram-mod": [50.0, 52.0, 51.0],
+        "localspec-none": [38.0, 38.0, 38.0],
+        "localspec-auto": [54.0, 54.0, 54.0],
+    }
+    rounds = {c: [timed(v) for v in s] for c, s in speeds.items()}
+    # The best of the best rounds is plain's lucky 55.
+    assert h2h.summarize({"p": "qa"}, {"p": rounds})["p"]["auto_vs_best_server"] == pytest.approx(
+        54 / 55, abs=1e-3
+    )
+    # Picked on the other two rounds, the best mode is ngram-mod in each (51.5, 50.5, 51 against
+    # plain's 47.5, 40, 47.5): 54 / 50, 54 / 52, 54 / 51, whose median is 54 / 51.
+    assert h2h.held_out_best(rounds) == pytest.approx(54 / 51)
+    assert h2h.summarize({"p": "qa"}, {"p": rounds})["p"]["auto_vs_best_server_held_out"] == pytest.approx(
+        54 / 51, abs=1e-3
+    )
+    assert h2h.held_out_best({c: s[:1] for c, s in rounds.items()}) is None  # one round: no other
+
+
 def test_merge_joins_the_rounds_of_runs_in_order(tmp_path: Path) -> None:
     paths = []
     for i, base in enumerate((30.0, 40.0)):
