@@ -140,6 +140,9 @@ class GenerationRequest:
     # A raw prompt given as the model's token ids (OpenAI's completions take a list of ints): read
     # as given, no BOS added; `prompt` then goes unused.
     prompt_ids: tuple[int, ...] | None = None
+    # An earlier exchange's tokens, read before this prompt (Ollama's `context` on /api/generate:
+    # deprecated there, still sent by clients that keep a conversation that way).
+    context_ids: tuple[int, ...] = ()
     # A chat request whose messages were already rendered into `prompt` (Engine.prepare): its reply
     # is still a chat reply, Markdown, where auto tells prose from fenced code.
     chat: bool = False
@@ -263,3 +266,4 @@ class GenerationResult:
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, where the request asked for them
     prompt_logprobs: tuple[TokenLogprob, ...] = ()  # one per prompt token, where asked
+    prompt_ids: tuple[int, ...] = ()  # the prompt as the target read it

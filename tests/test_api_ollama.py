@@ -151,6 +151,36 @@ def test_repeat_penalty_options_change_the_reply(tcp_ollama: ollama.Client) -> N
     assert penalised != plain and reply(repeat_penalty=1.8, repeat_last_n=0) == plain
 
 
+def test_generate_context_carries_the_exchange_into_the_next_request(
+    tcp_ollama: ollama.Client, daemon: Daemon
+) -> None:
+    """Ollama's `context` (deprecated there, still sent): the final answer's tokens are the prompt's and
+    the reply's; sent back, they are read before the next prompt, as a conversation."""
+    first = tcp_ollama.generate(model="tiny-fim", prompt="one two", options={**GREEDY, "num_predict": 6})
+    context = list(first.context or [])
+    assert first.prompt_eval_count is not None and first.eval_count == 6
+    assert len(context) == first.prompt_eval_count + first.eval_count
+    with daemon.tcp_http() as http:
+        text = http.post("/detokenize", json={"tokens": context}).json()["content"]
+    assert text.endswith(first.response or "") and "one two" in text
+    second = tcp_ollama.generate(
+        model="tiny-fim", prompt="three", context=context, options={**GREEDY, "num_predict": 4}
+    )
+    assert list(second.context or [])[: len(context)] == context
+    assert second.prompt_eval_count is not None and second.prompt_eval_count > len(context)
+    # Streamed, the last line carries it; raw answers carry none, and take none.
+    body = {"model": "tiny-fim", "prompt": "one two", "options": {**GREEDY, "num_predict": 6}}
+    with daemon.tcp_http() as http:
+        lines = [json.loads(line) for line in http.post("/api/generate", json=body).text.splitlines()]
+        assert lines[-1]["context"] == context and "context" not in lines[0]
+        raw = http.post("/api/generate", json={**body, "raw": True, "stream": False}).json()
+        assert "context" not in raw
+        refused = http.post("/api/generate", json={**body, "raw": True, "context": context})
+        assert refused.status_code == 400 and "context is not read with raw" in refused.json()["error"]
+        bad = http.post("/api/generate", json={**body, "context": [10**7]})
+        assert bad.status_code == 400 and "context token 0 is 10000000" in bad.json()["error"]
+
+
 def test_generate_streams_ndjson_by_default(daemon: Daemon) -> None:
     body = {"model": "tiny-fim", "prompt": "hello", "options": {"num_predict": 5, **GREEDY}}
     with daemon.http() as http, http.stream("POST", "/api/generate", json=body) as response:

@@ -118,15 +118,27 @@ def prompt_tokens(
     """Token ids for a request; raises UserInputError for a request the model cannot serve.
 
     Chat messages are rendered by `renderer` (a child process, within a budget), never in this
-    thread; without one, by a renderer started for this call.
+    thread; without one, by a renderer started for this call. An earlier exchange's tokens
+    (`context_ids`) come first, the prompt's own BOS dropped after them.
     """
+    tokens = _own_tokens(model, request, renderer)
+    if not request.context_ids:
+        return tokens
+    if model.add_bos and tokens[:1] == [_bos(model)]:
+        tokens = tokens[1:]
+    return _checked_ids(model, request.context_ids, "context") + tokens
+
+
+def _own_tokens(
+    model: LlamaModel, request: GenerationRequest, renderer: TemplateRenderer | None
+) -> list[int]:
     if request.suffix is not None:
         tokens = fim_tokens(model, request.prompt or "", request.suffix)
         return _with_extra(model, tokens, request) if request.extra else tokens
     if request.messages:
         if renderer is None:
             with TemplateRenderer() as own:
-                return prompt_tokens(model, request, own)
+                return _own_tokens(model, request, own)
         text = renderer.render(chat_template(model), request.messages, offered_tools(request))
         return _tokenize_rendered(model, text)
     if request.prompt_ids is not None:
@@ -136,14 +148,14 @@ def prompt_tokens(
     return _tokenize_rendered(model, request.prompt)
 
 
-def _checked_ids(model: LlamaModel, ids: Sequence[int]) -> list[int]:
-    """A prompt given as token ids, each one of the model's (llama.cpp reads past its tables otherwise)."""
+def _checked_ids(model: LlamaModel, ids: Sequence[int], param: str = "prompt") -> list[int]:
+    """Token ids given by a client, each one of the model's (llama.cpp reads past its tables otherwise)."""
     for i, token in enumerate(ids):
         if not 0 <= token < model.n_vocab:
             raise UserInputError(
-                f"prompt token {i} is {token}, outside this model's vocabulary of {model.n_vocab} "
+                f"{param} token {i} is {token}, outside this model's vocabulary of {model.n_vocab} "
                 f"tokens (0-{model.n_vocab - 1}); tokenize with /tokenize",
-                param="prompt",
+                param=param,
             )
     return list(ids)
 

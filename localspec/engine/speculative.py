@@ -515,6 +515,7 @@ class Generation:
             self.stream.matched,
             logprobs=tuple(self._all_logprobs),
             prompt_logprobs=self._scored,
+            prompt_ids=tuple(self.prompt),
         )
 
 

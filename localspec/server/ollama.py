@@ -57,10 +57,12 @@ class OllamaFormat:
 
     media_type = "application/x-ndjson"
 
-    def __init__(self, model: str, chat: bool, logprobs: bool = False) -> None:
+    def __init__(self, model: str, chat: bool, logprobs: bool = False, context: bool = False) -> None:
+        """`context`: the final answer carries the exchange's tokens (generate, unless raw)."""
         self.model = model
         self.chat = chat
         self.logprobs = logprobs
+        self.context = context
 
     def _logprobs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
         return {"logprobs": chat_entries(logprobs)} if self.logprobs else {}
@@ -91,6 +93,8 @@ class OllamaFormat:
             **self._text(text, result),
             "done": True,
             "done_reason": done_reason,
+            # As Ollama answers it: the prompt's tokens and the reply's, for a next request's context.
+            **({"context": [*result.prompt_ids, *result.token_ids]} if self.context else {}),
             **_durations(result.stats),
             **stats_fields(result.stats),
         }
@@ -161,7 +165,7 @@ async def generate(request: Request) -> Response:
     return await respond(
         await state.start(request, greq, body.stream),
         body.stream,
-        OllamaFormat(model, chat=False, logprobs=body.logprobs),
+        OllamaFormat(model, chat=False, logprobs=body.logprobs, context=not body.raw),
     )
 
 

@@ -386,11 +386,20 @@ class OllamaGenerateBody(_OllamaBody):
     system: str | None = None
     raw: bool = False
     images: list[str] | None = None
+    context: list[StrictInt] | None = Field(
+        None, description="An earlier reply's `context`: that exchange's tokens, read before this prompt."
+    )
 
     def check_supported(self) -> None:
         super().check_supported()
         if self.images:
             raise UserInputError(f"images: {NO_VISION}", param="images")
+        if self.context and self.raw:  # Ollama reads it only when it applies the template, too
+            raise UserInputError(
+                "context is not read with raw: true (a raw reply returns none); send the whole "
+                "conversation in the prompt",
+                param="context",
+            )
 
 
 class OllamaShowBody(_Body):
@@ -504,6 +513,7 @@ def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimite
         "speculative": spec_params(body.speculative, spec),
         "json_schema": ollama_format_schema(body.format),
         "logprobs": body.logprobs_asked(),
+        "context_ids": tuple(body.context or ()),
     }
     if body.suffix:
         return GenerationRequest(prompt=prompt, suffix=body.suffix, **common)
