@@ -20,7 +20,7 @@ from test_engine import PROMPTS, decode_alone, run
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import token_logprob
 from localspec.engine.worker import Engine
-from localspec.types import GenerationRequest, SamplingParams, SpecParams
+from localspec.types import GenerationRequest, GenerationResult, SamplingParams, SpecParams
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -280,6 +280,39 @@ def test_a_scored_prompt_is_the_target_alones_across_chunks_and_a_cached_prefix(
     assert only.token_ids == () and [e.logprob for e in only.prompt_logprobs[1:]] == pytest.approx(
         alone, abs=5e-2
     )
+
+
+def test_a_scored_prompt_reads_only_what_the_last_one_did_not_score(
+    perfect: Engine, tiny: LlamaModel
+) -> None:
+    """lm-evaluation-harness scores each choice of a question after one context: read once."""
+    context = tiny.tokenize(LONG)
+    choices = [tiny.tokenize(t, add_special=False) for t in (" the lazy dog", " one two three", " x")]
+
+    def score(choice: list[int], n_top: int = 1, cache: bool = True) -> GenerationResult:
+        request = GenerationRequest(
+            prompt_ids=tuple(context + choice), max_tokens=1, prompt_logprobs=n_top, cache_prompt=cache
+        )
+        return perfect.generate(request)
+
+    first = score(choices[0], cache=False)
+    second = score(choices[1])
+    # The shared prefix (the context, and a leading space token here) is kept as far as it was
+    # scored, its last position read again to score what follows.
+    shared = next(i for i, (a, b) in enumerate(zip(choices[0], choices[1], strict=False)) if a != b)
+    shared += len(context)
+    assert second.stats.cached_tokens == shared - 1
+    assert second.prompt_logprobs[:shared] == first.prompt_logprobs[:shared]
+    fresh = score(choices[1], cache=False)
+    assert [e.token for e in second.prompt_logprobs] == context + choices[1]
+    assert [e.logprob for e in second.prompt_logprobs[1:]] == pytest.approx(
+        [e.logprob for e in fresh.prompt_logprobs[1:]], abs=5e-2
+    )
+    assert second.token_ids == fresh.token_ids
+    # Scored with other alternatives, or after a request that scored nothing: read whole.
+    assert score(choices[2], n_top=3).stats.cached_tokens == 0
+    perfect.generate(GenerationRequest(prompt_ids=tuple(context), max_tokens=1))
+    assert score(choices[2]).stats.cached_tokens == 0
 
 
 def test_a_scored_prompt_streams_first(perfect: Engine) -> None:

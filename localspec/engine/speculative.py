@@ -171,6 +171,7 @@ class Generation:
         constraint: Constraint | None = None,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        scored: Sequence[TokenLogprob] = (),
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
 
@@ -178,7 +179,9 @@ class Generation:
         once, past it, when a newline was already written), as llama-server's t_max_predict_ms.
         `constraint`: a grammar every generated token must follow.
         `logprobs`: report each token's log-probability with this many alternatives (None: none).
-        `prompt_logprobs`: the same for every prompt token, read afresh (GenerationRequest's).
+        `prompt_logprobs`: the same for every prompt token (GenerationRequest's); `scored`: the
+        entries, with as many alternatives, of a prefix of this prompt scored by the last request,
+        kept where the target still holds that prefix.
         """
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
@@ -202,9 +205,13 @@ class Generation:
         # One uniform per position, from the seed: the target's draw and a draft model's guess there.
         self.draws = Draws(params.seed if params.seed is not None else secrets.randbits(63))
         self.stream = TextStream(stop, min_indent)
-        # The last prompt token is always decoded again: its logits choose the first token. A prompt
-        # scored is read whole: a cached prefix has no logits left.
-        self.reuse = 0 if prompt_logprobs is not None else max(0, min(reuse, len(prompt) - 1))
+        # The last prompt token is always decoded again: its logits choose the first token. A scored
+        # prompt's cached prefix has no logits left: it is kept as far as the last request scored it,
+        # and decoded again from there (the row of the first position read scores the next token).
+        if prompt_logprobs is not None:
+            reuse = min(reuse, len(scored) - 1)
+        self.reuse = max(0, min(reuse, len(prompt) - 1))
+        self._known = tuple(scored[: self.reuse + 1]) if self.reuse else ()
         self.stats = GenerationStats(
             method=method, k=k, prompt_tokens=len(prompt), cached_tokens=self.reuse, exact=target.exact
         )
@@ -266,9 +273,11 @@ class Generation:
         self._prepare()
         assert self.prompt_logprobs is not None
         prompt, piece = self.prompt, self.target.shown_piece
-        scored = [token_entry(prompt[0], piece(prompt[0]), None)]  # nothing before it predicts it
+        # The cached prefix's entries as the last request scored them; else the first token's, which
+        # nothing before it predicts.
+        scored = list(self._known) or [token_entry(prompt[0], piece(prompt[0]), None)]
         size = min(SCORE_CHUNK, self.target.options.n_batch)  # one llama_decode each: its rows all read
-        for start in range(0, len(prompt), size):
+        for start in range(self.reuse, len(prompt), size):
             chunk = prompt[start : start + size]
             self.stats.target_s += self.target.decode(chunk, len(chunk), self.cancel)
             for i, token in enumerate(prompt[start + 1 : start + 1 + len(chunk)]):

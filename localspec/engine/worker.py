@@ -43,7 +43,14 @@ from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
 from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format
 from localspec.errors import LocalspecError, OverloadedError, StorageError, UserInputError
-from localspec.types import DEFAULT_K, GenerationRequest, GenerationResult, SamplingParams, TokenChunk
+from localspec.types import (
+    DEFAULT_K,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    TokenChunk,
+    TokenLogprob,
+)
 
 if TYPE_CHECKING:
     from localspec.auto.policy import AutoPolicy, OnlineCosts
@@ -189,6 +196,8 @@ class Engine:
         self._ready = threading.Event()
         self._target: LlamaModel | None = None
         self._kv_tokens: list[int] = []  # what the target's KV cache holds, position by position
+        # The last scored prompt: its tokens, alternatives asked for, and entries (Generation's `scored`).
+        self._scored: tuple[tuple[int, ...], int, tuple[TokenLogprob, ...]] | None = None
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
         self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
@@ -434,6 +443,7 @@ class Engine:
         policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
         reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
         self._kv_tokens = []  # unknown until this request ends cleanly
+        scored = self._scored_prefix(req, tokens)
         gen = Generation(
             self._target,
             tokens,
@@ -450,6 +460,7 @@ class Engine:
             constraint=constraint,
             logprobs=req.logprobs,
             prompt_logprobs=req.prompt_logprobs,
+            scored=scored,
         )
         gen.stats.fallback_reason = reason
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
@@ -463,6 +474,8 @@ class Engine:
             gen.stats.prediction_tokens = len(predicted)
             gen.stats.prediction_accepted = prediction_matched(predicted, gen.generated)
         self._kv_tokens = gen.tokens[: self._target.n_past]
+        if req.prompt_logprobs is not None and gen.result.prompt_logprobs:
+            self._scored = (tuple(tokens), req.prompt_logprobs, gen.result.prompt_logprobs)
         self._ngram_memory.remember(gen.tokens)
         if calls is None:
             return gen.result
@@ -470,6 +483,15 @@ class Engine:
         if tail and job.stream:
             job.put(TokenChunk(tail, ()))
         return result
+
+    def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
+        """The entries the last scored prompt has for this prompt's first tokens, scored with as many
+        alternatives: lm-evaluation-harness scores each choice of a question after the same context,
+        which is then read once (Generation keeps them only as far as the KV cache holds them)."""
+        last, self._scored = self._scored, None
+        if req.prompt_logprobs is None or last is None or last[1] != req.prompt_logprobs:
+            return ()
+        return last[2][: common_prefix(last[0], tokens)]
 
     def _constraint(self, req: GenerationRequest, tool_format: ToolFormat | None) -> Constraint | None:
         """The grammar a request's output must follow, if any: a forced tool call, a JSON schema (which
