@@ -487,7 +487,8 @@ class Engine:
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many
         alternatives: lm-evaluation-harness scores each choice of a question after the same context,
-        which is then read once (Generation keeps them only as far as the KV cache holds them)."""
+        read once where the choices come one after another (it orders requests by length, so choices
+        of one length do). Generation keeps them only as far as the KV cache holds them."""
         last, self._scored = self._scored, None
         if req.prompt_logprobs is None or last is None or last[1] != req.prompt_logprobs:
             return ()
