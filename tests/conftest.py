@@ -20,6 +20,8 @@ from localspec.models.catalog import load_catalog
 from localspec.paths import Paths
 
 if TYPE_CHECKING:
+    from daemonproc import Daemon
+
     from localspec.engine.llama import LlamaModel
     from localspec.engine.worker import Engine
 
@@ -96,6 +98,16 @@ def perfect(tiny_target: Path, tiny_perfect_draft: Path) -> Iterator[Engine]:
 
     with make_engine(tiny_target, tiny_perfect_draft) as engine:
         yield engine
+
+
+@pytest.fixture(scope="module")
+def tiny_daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Iterator[Daemon]:
+    """`localspec serve` on the tiny target alone, a 512-token context: one per module that asks."""
+    from daemonproc import start_daemon
+
+    d = start_daemon(tmp_path_factory.mktemp("tiny-daemon-home"), tiny_target, ctx=512)
+    yield d
+    assert d.stop() == 0, d.log()
 
 
 @pytest.fixture(scope="session")

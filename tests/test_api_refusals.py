@@ -3,43 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import ollama
 import openai
 import pytest
-from daemonproc import Daemon, start_daemon
+from daemonproc import Daemon
 
 pytestmark = pytest.mark.timeout(120)
 
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("refusals-home"), tiny_target, ctx=512)
-    yield d
-    assert d.stop() == 0, d.log()
-
-
 @pytest.fixture
-def oai(daemon: Daemon) -> Iterator[openai.OpenAI]:
-    with daemon.openai(max_retries=0) as c:
+def oai(tiny_daemon: Daemon) -> Iterator[openai.OpenAI]:
+    with tiny_daemon.openai(max_retries=0) as c:
         yield c
 
 
 @pytest.fixture
-def oll(daemon: Daemon) -> Iterator[ollama.Client]:
-    with daemon.ollama() as c:
+def oll(tiny_daemon: Daemon) -> Iterator[ollama.Client]:
+    with tiny_daemon.ollama() as c:
         yield c
 
 
-def test_openai_embeddings_say_why_not(oai: openai.OpenAI, daemon: Daemon) -> None:
+def test_openai_embeddings_say_why_not(oai: openai.OpenAI, tiny_daemon: Daemon) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         oai.embeddings.create(model="tiny-target", input="hello")
     assert "generative model" in info.value.message and "embedding model" in info.value.message
     assert info.value.code == "embeddings_unsupported"
-    with daemon.http() as http:  # llama-server's path, as llama.vscode calls it
+    with tiny_daemon.http() as http:  # llama-server's path, as llama.vscode calls it
         bare = http.post("/embeddings", json={"input": "hello", "model": "GPT-4", "encoding_format": "float"})
     assert bare.status_code == 400 and "generative model" in bare.json()["error"]["message"]
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from daemonproc import Daemon, start_daemon
+from daemonproc import Daemon
 
 from localspec.engine.llama import LlamaModel
 
@@ -15,14 +12,7 @@ pytestmark = pytest.mark.timeout(120)
 TEXT = "def add(a, b):\n    return a + b  # é"
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("tokenize-home"), tiny_target, ctx=512)
-    yield d
-    assert d.stop() == 0, d.log()
-
-
-def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny: LlamaModel) -> None:
+def test_tokenize_and_detokenize_are_the_models_own(tiny_daemon: Daemon, tiny: LlamaModel) -> None:
     plain = tiny.tokenize(TEXT, add_special=False)
     special = tiny.tokenize(TEXT, add_special=True)
     # The pieces joined, as llama-server's /detokenize answers (this SentencePiece vocabulary
@@ -31,7 +21,7 @@ def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny: LlamaM
     eos = tiny.eog_tokens()[0]
     eos_name = tiny.token_text(eos)
     assert tiny.piece(eos) == b"" and eos_name
-    with daemon.http() as http:
+    with tiny_daemon.http() as http:
         assert http.post("/tokenize", json={"content": TEXT}).json() == {"tokens": plain}
         assert http.post("/tokenize", json={"content": TEXT, "add_special": True}).json()["tokens"] == special
         pieces = http.post("/tokenize", json={"content": TEXT, "with_pieces": True}).json()["tokens"]
@@ -49,8 +39,8 @@ def test_tokenize_and_detokenize_are_the_models_own(daemon: Daemon, tiny: LlamaM
         assert bad.status_code == 400 and "10000000" in bad.json()["error"]["message"]
 
 
-def test_props_describe_the_served_model(daemon: Daemon) -> None:
-    with daemon.http() as http:
+def test_props_describe_the_served_model(tiny_daemon: Daemon) -> None:
+    with tiny_daemon.http() as http:
         props = http.get("/props").json()
     assert props["default_generation_settings"]["n_ctx"] == 512
     assert props["default_generation_settings"]["params"]["temperature"] == 0.8  # /completion's default
@@ -59,12 +49,14 @@ def test_props_describe_the_served_model(daemon: Daemon) -> None:
     assert isinstance(props["chat_template"], str)
 
 
-def test_vllm_tokenizer_routes_as_lm_evaluation_harness_reads_them(daemon: Daemon, tiny: LlamaModel) -> None:
+def test_vllm_tokenizer_routes_as_lm_evaluation_harness_reads_them(
+    tiny_daemon: Daemon, tiny: LlamaModel
+) -> None:
     """lm-evaluation-harness's remote tokenizer (check_remote_tokenizer_support, RemoteTokenizer):
     GET /tokenizer_info with an eos_token, POST /tokenize {prompt, add_special_tokens} -> tokens,
     POST /detokenize {tokens} -> prompt; the EOS id is the first token of its text."""
     eos = int(tiny.meta("tokenizer.ggml.eos_token_id") or -1)
-    with daemon.http() as http:
+    with tiny_daemon.http() as http:
         info = http.get("/tokenizer_info").json()
         assert info["eos_token"] == tiny.token_text(eos) and info["model_max_length"] == 512
         assert isinstance(info["chat_template"], str) and info["add_bos_token"] == tiny.add_bos

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemonproc import Daemon, start_daemon
+from daemonproc import Daemon
 from test_tui_app import wait_until
 from textual.pilot import Pilot
 
@@ -39,13 +39,6 @@ It returns the **sum**."""
 Snap = Callable[..., bool]
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> Iterator[Daemon]:
-    d = start_daemon(tmp_path_factory.mktemp("snap-home"), tiny_target, ctx=512)
-    yield d
-    assert d.stop() == 0, d.log()
-
-
 @pytest.fixture
 def store(localspec_home: Path, monkeypatch: pytest.MonkeyPatch) -> ChatStore:
     monkeypatch.setenv("TZ", "UTC")
@@ -68,11 +61,11 @@ def store(localspec_home: Path, monkeypatch: pytest.MonkeyPatch) -> ChatStore:
 
 
 @pytest.fixture
-def new_app(daemon: Daemon, store: ChatStore) -> Iterator[Callable[..., ChatApp]]:
+def new_app(tiny_daemon: Daemon, store: ChatStore) -> Iterator[Callable[..., ChatApp]]:
     clients: list[Client] = []
 
     def factory(resume: str | None = CHAT_ID, socket: Path | None = None) -> ChatApp:
-        client = Client(socket_path=socket or daemon.socket_path)
+        client = Client(socket_path=socket or tiny_daemon.socket_path)
         clients.append(client)
         return make_app(load_settings(), client, store=store, resume=resume)
 
