@@ -126,7 +126,7 @@ def prompt_tokens(
         return tokens
     if model.add_bos and tokens[:1] == [_bos(model)]:
         tokens = tokens[1:]
-    return _checked_ids(model, request.context_ids, "context") + tokens
+    return checked_ids(model, request.context_ids, "context") + tokens
 
 
 def _own_tokens(
@@ -142,18 +142,20 @@ def _own_tokens(
         text = renderer.render(chat_template(model), request.messages, offered_tools(request))
         return _tokenize_rendered(model, text)
     if request.prompt_ids is not None:
-        return _checked_ids(model, request.prompt_ids)
+        return checked_ids(model, request.prompt_ids, "prompt")
     if request.prompt is None:
         raise UserInputError("the request has neither messages nor a prompt", param="messages")
     return _tokenize_rendered(model, request.prompt)
 
 
-def _checked_ids(model: LlamaModel, ids: Sequence[int], param: str = "prompt") -> list[int]:
-    """Token ids given by a client, each one of the model's (llama.cpp reads past its tables otherwise)."""
+def checked_ids(model: LlamaModel, ids: Sequence[int], param: str, what: str | None = None) -> list[int]:
+    """Token ids a client gave (a prompt, a context, ids to show, a logit bias's), each one of the
+    model's: llama.cpp reads past its tables otherwise. `what` names them in the error (`param`)."""
     for i, token in enumerate(ids):
         if not 0 <= token < model.n_vocab:
+            named = f"{param if what is None else what} token".lstrip()
             raise UserInputError(
-                f"{param} token {i} is {token}, outside this model's vocabulary of {model.n_vocab} "
+                f"{named} {i} is {token}, outside this model's vocabulary of {model.n_vocab} "
                 f"tokens (0-{model.n_vocab - 1}); tokenize with /tokenize",
                 param=param,
             )

@@ -33,6 +33,7 @@ from localspec.engine.prompting import (
     NO_FORMS,
     PromptForms,
     chat_template,
+    checked_ids,
     offered_tools,
     prediction_matched,
     prompt_forms,
@@ -42,12 +43,11 @@ from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
 from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format
-from localspec.errors import LocalspecError, OverloadedError, StorageError, UserInputError
+from localspec.errors import LocalspecError, OverloadedError, StorageError
 from localspec.types import (
     DEFAULT_K,
     GenerationRequest,
     GenerationResult,
-    SamplingParams,
     TokenChunk,
     TokenLogprob,
 )
@@ -265,12 +265,7 @@ class Engine:
         """Each token's bytes, a special token's text where it renders as nothing (/detokenize);
         UserInputError naming the first id outside the vocabulary."""
         target = self._ready_target()
-        outside = next((t for t in tokens if not 0 <= t < target.n_vocab), None)
-        if outside is not None:
-            raise UserInputError(
-                f"token {outside} is outside this model's {target.n_vocab}-token vocabulary", param="tokens"
-            )
-        return [target.shown_piece(t) for t in tokens]
+        return [target.shown_piece(t) for t in checked_ids(target, tokens, "tokens", what="")]
 
     def _ready_target(self) -> LlamaModel:
         if self.info.status != "ready" or self._target is None:
@@ -436,7 +431,7 @@ class Engine:
     def _generate(self, job: Handle) -> GenerationResult:
         assert self._target is not None
         req = job.request
-        _check_logit_bias(req.sampling, self._target.n_vocab)
+        checked_ids(self._target, [token for token, _ in req.sampling.logit_bias], "logit_bias")
         tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req, self.renderer)
         constraint = self._constraint(req, tool_format)
@@ -620,12 +615,3 @@ class Engine:
                 draft.start((), fresh=True)
             self._auto_costs = OnlineCosts(verify, draft_curve)
         return self._auto_costs
-
-
-def _check_logit_bias(params: SamplingParams, n_vocab: int) -> None:
-    outside = [token for token, _ in params.logit_bias if not 0 <= token < n_vocab]
-    if outside:
-        raise UserInputError(
-            f"logit_bias names token {outside[0]}, outside this model's {n_vocab}-token vocabulary",
-            param="logit_bias",
-        )
