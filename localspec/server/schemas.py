@@ -286,9 +286,10 @@ class CompletionBody(_OpenAISampling):
                 f"{self.n}); ask for n={self.best_of} with logprobs and keep the best",
                 param="best_of",
             )
-        if len(self.prompts()) * self.n > MAX_PROMPT_CHOICES:
+        count = len(self.prompts())
+        if count * self.n > MAX_PROMPT_CHOICES:
             raise UserInputError(
-                f"{len(self.prompts())} prompts x n={self.n} is more than the {MAX_PROMPT_CHOICES} "
+                f"{count} prompts x n={self.n} is more than the {MAX_PROMPT_CHOICES} "
                 "generations one request may ask for; send fewer prompts per request",
                 param="prompt",
             )
