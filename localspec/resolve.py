@@ -166,6 +166,23 @@ def _config(settings: Settings, paths: Paths, target: Path, draft: Path | None) 
         draft_gpu_layers=settings.draft_gpu_layers,
         queue_size=settings.queue_size,
         ngram_memory_tokens=settings.ngram_memory,
+        prompt_cache_bytes=prompt_cache_bytes(settings),
         cache_dir=paths.cache_dir,
         derived_dir=paths.derived_models_dir,
     )
+
+
+def prompt_cache_bytes(settings: Settings) -> int:
+    """Memory a loaded model may keep saved conversations' caches in: the setting, or
+    promptcache.default_limit of this machine's memory; none by default for a target on RPC
+    workers, whose cache each save and load would carry over the network."""
+    import psutil
+
+    from localspec.engine.promptcache import default_limit
+    from localspec.pickdraft.devices import parse_size
+
+    if settings.prompt_cache is not None:
+        return parse_size(settings.prompt_cache)
+    if settings.rpc:
+        return 0
+    return default_limit(int(psutil.virtual_memory().total))

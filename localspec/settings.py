@@ -63,6 +63,12 @@ class Settings(BaseSettings):
         description="Tokens of earlier requests' prompts and replies each loaded model keeps (in memory "
         "only) for n-gram drafting across requests; 0 turns it off (benchmarks that repeat a prompt).",
     )
+    prompt_cache: str | None = Field(
+        None,
+        description="Memory each loaded model may keep earlier conversations' caches in (e.g. 2G), so "
+        "a conversation that comes back after another's request is not read again; default an eighth "
+        "of the machine's memory, 4G at most; 0 keeps none.",
+    )
     rpc: str | None = Field(
         None,
         description="RPC workers (`localspec rpc-worker`) that hold the target's layers, as "
@@ -110,6 +116,17 @@ class Settings(BaseSettings):
 
         try:
             parse_keep_alive(value)
+        except LocalspecError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+    @field_validator("prompt_cache")
+    @classmethod
+    def _prompt_cache(cls, value: str | None) -> str | None:
+        from localspec.pickdraft.devices import parse_size
+
+        try:
+            parse_size(value) if value is not None else None
         except LocalspecError as exc:
             raise ValueError(exc.message) from None
         return value

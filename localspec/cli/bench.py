@@ -73,8 +73,9 @@ def bench(
     settings = load_settings(**pop_model_settings(kwargs))
     prompts = load_selected(prompts_file, kinds or "")
     # Every method runs each prompt after `none` did: with a memory of earlier requests, n-gram
-    # would copy none's own output and measure a repeat, not the method.
-    config = replace(engine_config(settings), ngram_memory_tokens=0)
+    # would copy none's own output and measure a repeat, not the method. Each reads its prompt
+    # whole, so no earlier prompt's cache is saved either.
+    config = replace(engine_config(settings), ngram_memory_tokens=0, prompt_cache_bytes=0)
     total = len(prompts) * len(set(chosen) | {"none"}) * repeat
     started = _now()
     with open_engine(config, progress=LoadProgress()) as engine:

@@ -92,3 +92,7 @@ class EngineConfig:
     # Tokens of earlier requests' prompts and outputs kept for n-gram drafting (in memory only;
     # 0 turns it off): agent loops and editors send and re-emit the same code request after request.
     ngram_memory_tokens: int = 16384
+    # Bytes of earlier conversations' KV caches kept in memory (engine.promptcache): a conversation
+    # that comes back after another's request goes on from its cache. The edge sets it from
+    # Settings.prompt_cache; 0 (as here) keeps none.
+    prompt_cache_bytes: int = 0

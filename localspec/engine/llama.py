@@ -453,6 +453,22 @@ class LlamaModel:
         self.n_past = 0
         self._prefill_valid = 0
 
+    def save_state(self) -> Any:
+        """The cache's n_past positions as llama.cpp writes them (a ctypes byte array), for
+        `load_state`; None where it wrote nothing."""
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0)
+        return buf if written == size else None
+
+    def load_state(self, state: Any, n_past: int) -> None:
+        """Replace the cache with one `save_state` wrote when it held `n_past` positions."""
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        self.n_past = self._prefill_valid = 0
+        if not llama_cpp.llama_state_seq_set_data(self._ctx, state, len(state), 0):
+            raise LocalspecError("llama.cpp could not load a saved prompt cache; the prompt is read again")
+        self.n_past = n_past
+
     # --- reading long inputs with a plain copy of the weights -------------
 
     def attach_prefill(self, plain: LlamaModel | None) -> None:

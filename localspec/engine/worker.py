@@ -29,6 +29,7 @@ from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
+from localspec.engine.promptcache import PromptCache
 from localspec.engine.prompting import (
     NO_FORMS,
     PromptForms,
@@ -72,6 +73,9 @@ class EngineInfo:
     # Whether prompts are read by a plain (not repacked) copy of the weights (engine.prefill).
     plain_prefill: bool = False
     methods: list[str] = field(default_factory=list)
+    # Saved conversations' caches (engine.promptcache): how many, and the bytes they take.
+    saved_prompts: int = 0
+    saved_prompt_bytes: int = 0
     draft_error: str | None = None
     error: str | None = None
 
@@ -196,6 +200,8 @@ class Engine:
         self._ready = threading.Event()
         self._target: LlamaModel | None = None
         self._kv_tokens: list[int] = []  # what the target's KV cache holds, position by position
+        # Earlier conversations' caches, saved where a request dropped them (engine.promptcache).
+        self._prompt_cache = PromptCache(config.prompt_cache_bytes)
         # The last scored prompt: its tokens, alternatives asked for, and entries (Generation's `scored`).
         self._scored: tuple[tuple[int, ...], int, tuple[TokenLogprob, ...]] | None = None
         self._drafters: dict[str, Drafter] = {}
@@ -406,6 +412,7 @@ class Engine:
         return lambda fraction: progress(what, fraction)
 
     def _unload(self) -> None:
+        self._prompt_cache.clear()
         for drafter in self._drafters.values():
             if isinstance(drafter, ModelDrafter):
                 drafter.model.close()
@@ -436,7 +443,16 @@ class Engine:
         tokens = prompt_tokens(self._target, req, self.renderer)
         constraint = self._constraint(req, tool_format)
         policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
-        reuse = common_prefix(self._kv_tokens, tokens) if req.cache_prompt else 0
+        draft = self._drafters.get("draft")
+        reuse = self._prompt_cache.switch(
+            self._target,
+            self._kv_tokens,
+            tokens,
+            req.cache_prompt,
+            draft if isinstance(draft, ModelDrafter) else None,
+        )
+        self.info.saved_prompts = len(self._prompt_cache)
+        self.info.saved_prompt_bytes = self._prompt_cache.size
         self._kv_tokens = []  # unknown until this request ends cleanly
         scored = self._scored_prefix(req, tokens)
         gen = Generation(

@@ -203,6 +203,8 @@ def _usage(results: Sequence[GenerationResult], per_prompt: int = 1) -> dict[str
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        # The prompt's tokens taken from a cache rather than read (the last request's, or a saved one).
+        "prompt_tokens_details": {"cached_tokens": sum(r.stats.cached_tokens for r in results[::per_prompt])},
     }
     predicted = sum(r.stats.prediction_tokens for r in results)
     if predicted:  # as OpenAI counts a prediction: its tokens the reply has, and not

@@ -177,6 +177,9 @@ def _resident_summary(res: Resident) -> dict[str, Any]:
         "keep_alive": res.keep_alive,
         "expires_at": res.expires_at,
         "load_s": None if res.load_s is None else round(res.load_s, 3),
+        # Earlier conversations' caches it keeps in RAM besides `bytes` (engine.promptcache).
+        "saved_prompts": info.saved_prompts,
+        "saved_prompt_bytes": info.saved_prompt_bytes,
     }
 
 

@@ -9,7 +9,9 @@ import numpy.typing as npt
 
 from localspec.engine.drafters.base import Draft, KeepFn, common_prefix
 from localspec.engine.llama import LlamaModel
+from localspec.engine.promptcache import Saved
 from localspec.engine.sampling import Draws, adjusted, distribution, sample_at
+from localspec.errors import LocalspecError
 from localspec.types import SamplingParams
 
 
@@ -49,6 +51,27 @@ class ModelDrafter:
         can stop where a verify stops paying, without looking at which token a sample drew.
         """
         return self._propose(tokens, k, params, draws, keep)
+
+    @property
+    def seen(self) -> Sequence[int]:
+        """The tokens the draft model's cache holds, position by position."""
+        return self._seen
+
+    def save(self) -> Saved | None:
+        """The draft model's cache, for `restore` (engine.promptcache); None where llama.cpp
+        wrote nothing."""
+        state = self.model.save_state()
+        return None if state is None else Saved(tuple(self._seen), state, len(state))
+
+    def restore(self, saved: Saved) -> None:
+        """Go back to a cache `save` wrote; where llama.cpp refuses it, start empty (the draft
+        reads what it needs again)."""
+        try:
+            self.model.load_state(saved.state, len(saved.tokens))
+        except LocalspecError:
+            self.start((), fresh=True)
+            return
+        self._seen = list(saved.tokens)
 
     def lag(self, tokens: Sequence[int]) -> int:
         """How many tokens the next proposal must feed before its first draft (its catch-up)."""

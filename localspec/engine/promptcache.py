@@ -1,0 +1,166 @@
+"""Prompts read before, kept in memory: a conversation that comes back after another one's request
+goes on from its saved cache instead of reading its whole prompt again.
+
+The target keeps one KV sequence, the last request's. An editor that asks for completions
+between an agent's turns would otherwise make every agent turn read its whole context again
+(tens of seconds for 10,000 tokens on a CPU). llama-server keeps idle slots' caches in memory
+the same way (`--cache-ram`, 8 GiB by default). Before a request drops what the cache holds,
+the engine saves it here (llama.cpp's sequence state: the KV cells' bytes and their positions);
+a later prompt sharing more of its start with a saved one than with the live cache has it
+loaded back, bytes as they were, so the reply is what it would have been had no other request
+come between.
+
+`PromptCache` is bookkeeping over token tuples and byte sizes; `switch` reads and writes the
+model's states.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from localspec.engine.drafters.base import common_prefix
+from localspec.errors import LocalspecError
+
+if TYPE_CHECKING:
+    from localspec.engine.drafters.model import ModelDrafter
+    from localspec.engine.llama import LlamaModel
+
+log = logging.getLogger("localspec.engine")
+
+# Keeping a cache is worth its copy only where reading those tokens again would take a while:
+# 256 positions are about a second's prompt reading on a 2-core CPU and 7 MB of a 1.5B's cache.
+MIN_SAVED_TOKENS = 256
+# A saved cache replaces the live one only where it holds this many more of the prompt's tokens:
+# loading copies its whole state back (milliseconds) where a few tokens read cost as much.
+MIN_GAIN_TOKENS = 64
+# A cache is saved only where the machine keeps this much memory available besides it: the saved
+# caches must never be what pushes the daemon, or a model it loads next, into swap.
+RESERVE_BYTES = 1 << 30
+GIB = 1 << 30
+
+
+def default_limit(ram_total: int) -> int:
+    """Bytes of saved caches a model may keep unless the user says: an eighth of the machine's
+    memory, 4 GiB at most (llama-server keeps 8 GiB per server)."""
+    return min(4 * GIB, ram_total // 8)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One saved cache: the tokens its positions hold, in order, and llama.cpp's bytes of them."""
+
+    tokens: tuple[int, ...]
+    state: Any  # a ctypes byte array, as llama_state_seq_get_data wrote it
+    size: int  # bytes
+    # The draft model's cache of the same conversation, where it had read enough of it: loaded
+    # with the target's, the draft drafts at once instead of reading the conversation again.
+    draft: Saved | None = None
+
+    @property
+    def total(self) -> int:
+        return self.size + (self.draft.size if self.draft is not None else 0)
+
+
+class PromptCache:
+    """Saved caches of one model, the least recently used dropped first past `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._saved: OrderedDict[tuple[int, ...], Saved] = OrderedDict()
+
+    @property
+    def size(self) -> int:
+        return sum(s.total for s in self._saved.values())
+
+    def __len__(self) -> int:
+        return len(self._saved)
+
+    def worth_saving(self, live: Sequence[int], kept: int) -> bool:
+        """Whether the live cache (its tokens `live`) is worth saving before a request keeps only
+        its first `kept` positions: enough would be lost, and nothing saved already holds it."""
+        if self.limit <= 0 or len(live) - kept < MIN_SAVED_TOKENS:
+            return False
+        return not any(_starts_with(s.tokens, live) for s in self._saved.values())
+
+    def add(self, saved: Saved) -> None:
+        """Keep `saved`, and drop what it makes useless: saved caches it extends (their tokens
+        are its first ones), then the least recently used until the cache fits its limit."""
+        if saved.total > self.limit:
+            return
+        for key in [k for k in self._saved if _starts_with(saved.tokens, k)]:
+            del self._saved[key]
+        self._saved[saved.tokens] = saved
+        while self.size > self.limit:
+            self._saved.popitem(last=False)
+
+    def best(self, prompt: Sequence[int], live_shared: int) -> tuple[Saved, int] | None:
+        """The saved cache sharing the longest start with `prompt`, and how many tokens it shares,
+        where that beats the live cache's `live_shared` by MIN_GAIN_TOKENS; None otherwise.
+        The one returned counts as used (the last to be dropped)."""
+        found: tuple[Saved, int] | None = None
+        for saved in self._saved.values():
+            shared = common_prefix(saved.tokens, prompt)
+            if shared >= live_shared + MIN_GAIN_TOKENS and (found is None or shared > found[1]):
+                found = (saved, shared)
+        if found is not None:
+            self._saved.move_to_end(found[0].tokens)
+        return found
+
+    def clear(self) -> None:
+        self._saved.clear()
+
+    def switch(
+        self,
+        model: LlamaModel,
+        live: Sequence[int],
+        prompt: Sequence[int],
+        use: bool,
+        draft: ModelDrafter | None = None,
+    ) -> int:
+        """Before `model` reads `prompt`: save its cache (holding `live`) and the draft model's
+        if the prompt would drop much of it, then load the saved caches sharing most with the
+        prompt if they share more than the live one. `use` False (the request asked for no
+        cache): the prompt is read whole.
+
+        Returns how many of the prompt's first tokens the model's cache now holds."""
+        shared = common_prefix(live, prompt) if use else 0
+        if self.worth_saving(live, shared):
+            self._save(model, live, draft)
+        found = self.best(prompt, shared) if use else None
+        if found is None:
+            return shared
+        saved, shared = found
+        try:
+            model.load_state(saved.state, len(saved.tokens))
+        except LocalspecError as exc:  # the model's cache is empty now: the prompt is read whole
+            log.warning("%s", exc)
+            del self._saved[saved.tokens]
+            return 0
+        if draft is not None and saved.draft is not None:
+            draft.restore(saved.draft)
+        return shared
+
+    def _save(self, model: LlamaModel, live: Sequence[int], draft: ModelDrafter | None) -> None:
+        state = model.save_state()
+        if state is None:
+            return
+        drafts = None
+        if draft is not None and common_prefix(draft.seen, live) >= MIN_SAVED_TOKENS:
+            drafts = draft.save()
+        saved = Saved(tuple(live), state, len(state), drafts)
+        if _room_for(saved.total):
+            self.add(saved)
+
+
+def _room_for(size: int) -> bool:
+    import psutil
+
+    return int(psutil.virtual_memory().available) - size >= RESERVE_BYTES
+
+
+def _starts_with(tokens: Sequence[int], start: Sequence[int]) -> bool:
+    return len(start) <= len(tokens) and common_prefix(tokens, start) == len(start)
