@@ -161,6 +161,7 @@ def _config(settings: Settings, paths: Paths, target: Path, draft: Path | None) 
             kv_type=settings.kv_type,
             batch_invariant=settings.exact,
             plain_prefill=settings.plain_prefill,
+            flash_attn=settings.flash_attn,
             rpc=parse_endpoints(settings.rpc) if settings.rpc else (),
         ),
         draft_gpu_layers=settings.draft_gpu_layers,

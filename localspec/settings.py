@@ -57,6 +57,13 @@ class Settings(BaseSettings):
         "and hand its KV cache over: unset, where measured faster on this CPU (1.6x on AVX-512, cached "
         "per machine and model); true or false to force it. Never with exact or layers on a GPU.",
     )
+    flash_attn: bool | None = Field(
+        None,
+        description="Flash attention (fast loading): unset, off for the CPU alone with an f16 cache "
+        "and a context of 8192 or more (plain attention measured faster on long prompts, slightly "
+        "slower on short ones), llama.cpp's choice otherwise; true or false to force it. Exact "
+        "loading always has it on.",
+    )
     ngram_memory: int = Field(
         16384,
         ge=0,

@@ -73,6 +73,12 @@ def tiny_target(tiny_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_endless(tiny_dir: Path) -> Path:
+    """The tiny target without an end: its replies last until their limit."""
+    return tinymodels.write_endless_target(tiny_dir / "tiny-endless.gguf")
+
+
+@pytest.fixture(scope="session")
 def tiny_perfect_draft(tiny_dir: Path) -> Path:
     """The target's weights in another file: drafts are always accepted."""
     return tinymodels.write_perfect_draft(tiny_dir / "tiny-perfect-draft.gguf")

@@ -85,7 +85,9 @@ def test_chat_completion_with_usage_and_stats(uds_openai: openai.OpenAI) -> None
     assert timings["predicted_per_second"] == pytest.approx(after_first, rel=1e-3)
     assert timings["predicted_per_second"] > stats["tokens_per_second"]
     # Asked again, the prompt is in the cache but for its last token, read again for its logits.
-    again = uds_openai.chat.completions.create(model="tiny-target", messages=CHAT, max_tokens=12, temperature=0)
+    again = uds_openai.chat.completions.create(
+        model="tiny-target", messages=CHAT, max_tokens=12, temperature=0
+    )
     assert again.usage is not None and again.usage.prompt_tokens_details is not None
     assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
 

@@ -13,6 +13,7 @@ from test_engine import TINY
 
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.drafters.model import ModelDrafter
+from localspec.engine.llama import LONG_CONTEXT, LlamaModel
 from localspec.engine.promptcache import (
     GIB,
     MIN_GAIN_TOKENS,
@@ -22,7 +23,7 @@ from localspec.engine.promptcache import (
     default_limit,
 )
 from localspec.engine.worker import Engine
-from localspec.errors import ConfigError
+from localspec.errors import ConfigError, LocalspecError, UnsupportedModelError
 from localspec.resolve import prompt_cache_bytes
 from localspec.settings import load_settings
 from localspec.types import GenerationRequest, GenerationResult, Method, SpecParams
@@ -178,3 +179,38 @@ def test_the_draft_model_goes_back_to_its_cache_of_the_conversation_too(
         again = ask(engine, CONVERSATION, method="draft")
     assert again.stats.accepted > 0 and again.stats.cached_tokens == again.stats.prompt_tokens - 1
     assert fed and max(fed) < 8  # the draft read none of the conversation again, only its last token
+
+
+def test_long_contexts_on_the_cpu_read_without_flash_attention(tiny_target: Path) -> None:
+    # Observed through the cache's layout: llama.cpp stores V transposed without flash attention,
+    # and refuses a saved state whose layout is not its own.
+    def load(n_ctx: int, flash_attn: bool | None = None) -> LlamaModel:
+        return LlamaModel(tiny_target, LoadOptions(n_ctx=n_ctx, n_threads=1, flash_attn=flash_attn))
+
+    models = {
+        "long": load(LONG_CONTEXT),
+        "long, flash attention asked for": load(LONG_CONTEXT, True),
+        "short": load(LONG_CONTEXT // 2),
+        "short, flash attention off": load(LONG_CONTEXT // 2, False),
+    }
+    try:
+        assert [m._flash_attention() for m in models.values()] == [False, True, True, False]
+        source = models["long"]
+        source.decode(source.tokenize("the model is here"), 1)
+        state = source.save_state()
+        for name, model in models.items():
+            if model._flash_attention():
+                with pytest.raises(LocalspecError, match="could not load a saved prompt cache"):
+                    model.load_state(state, source.n_past)
+            else:
+                model.load_state(state, source.n_past)
+                assert model.n_past == source.n_past, name
+    finally:
+        for model in models.values():
+            model.close()
+
+
+def test_a_quantized_cache_without_flash_attention_is_one_clear_error(tiny_target: Path) -> None:
+    options = LoadOptions(n_ctx=512, n_threads=1, kv_type="q8_0", flash_attn=False)
+    with pytest.raises(UnsupportedModelError, match="q8_0 KV cache needs flash attention"):
+        LlamaModel(tiny_target, options)

@@ -131,9 +131,22 @@ async def test_ctrl_j_adds_a_line_and_enter_sends_both(new_app: Callable[..., Ch
 
 
 async def test_escape_stops_a_long_reply_and_the_daemon_cancels_it(
-    new_app: Callable[..., ChatApp], daemon: Daemon
+    localspec_home: Path, tiny_endless: Path, store: ChatStore
 ) -> None:
-    app = new_app(max_tokens=LONG_CTX, method="none")
+    # A reply with no end: the tiny target's own ends within a second, before a key could stop it.
+    daemon = start_daemon(localspec_home / "endless", tiny_endless, ctx=LONG_CTX)
+    client = daemon.client()
+    app = make_app(load_settings(method="none"), client, store=store, max_tokens=LONG_CTX)
+    try:
+        await _escape_stops(app)
+        # The stream was closed: the daemon records a cancelled generation.
+        assert wait_for_metric(daemon, 'localspec_generations_total{finish="cancelled"}', 1) >= 1
+    finally:
+        client.close()
+        assert daemon.stop() == 0, daemon.log()
+
+
+async def _escape_stops(app: ChatApp) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot, app)
         await type_and_send(pilot, LONG_CHAT[0]["content"])
@@ -144,8 +157,6 @@ async def test_escape_stops_a_long_reply_and_the_daemon_cancels_it(
         assert view.border_subtitle == "stopped"
         stopped = app.chat.messages[-1]
         assert stopped.role == "assistant" and stopped.content
-    # The stream was closed: the daemon records a cancelled generation.
-    assert wait_for_metric(daemon, 'localspec_generations_total{finish="cancelled"}', 1) >= 1
 
 
 def metrics(daemon: Daemon) -> str:
@@ -305,10 +316,10 @@ async def test_palette_switches_method_and_k(new_app: Callable[..., ChatApp]) ->
 
 
 async def test_daemon_gone_mid_stream_is_a_notice_and_ctrl_r_recovers(
-    localspec_home: Path, tiny_target: Path, store: ChatStore
+    localspec_home: Path, tiny_endless: Path, store: ChatStore
 ) -> None:
-    own = start_daemon(localspec_home / "own", tiny_target, ctx=LONG_CTX)
-    settings = load_settings(target=tiny_target, threads=1, n_ctx=2048, method="none")
+    own = start_daemon(localspec_home / "own", tiny_endless, ctx=LONG_CTX)
+    settings = load_settings(target=tiny_endless, threads=1, n_ctx=2048, method="none")
     app = make_app(settings, own.client(), store=store, max_tokens=LONG_CTX)
     try:
         async with app.run_test(size=SIZE) as pilot:

@@ -79,6 +79,7 @@ FRAGMENT_BIAS = -8.0
 CHAR_BIAS = -6.0
 WORD_BIAS = 0.0
 DEFAULT_EOS_BIAS = 2.0
+ENDLESS_EOS_BIAS = -60.0
 CONST_CHANNEL = 4.0
 # Channel 0 after the final RMS norm: CONST_CHANNEL / rms(residual), measured ~3.5.
 CONST_AFTER_NORM = 3.5
@@ -366,6 +367,12 @@ def write_target(path: Path) -> Path:
 def write_tool_target(path: Path) -> Path:
     """The target's weights with a template that takes tools: the related draft drafts for it."""
     return write_tiny_model(path, seed=0, n_layers=3, chat_template=HERMES_TEMPLATE, name="tiny-tools")
+
+
+def write_endless_target(path: Path) -> Path:
+    """The target's weights but for its end token, which it never picks: a reply goes on until
+    its token limit or the context ends, for tests that stop one mid-way."""
+    return write_tiny_model(path, seed=0, n_layers=3, eos_bias=ENDLESS_EOS_BIAS, name="tiny-endless")
 
 
 def write_perfect_draft(path: Path) -> Path:

@@ -114,6 +114,9 @@ def calibration_key(path: Path, options: LoadOptions, sizes: Sequence[int] = SIZ
         "kv_type": options.kv_type,
         "n_batch": options.n_batch,
         "batch_invariant": options.batch_invariant,
+        # None: off on the CPU alone since session 43 (LlamaModel._flash_attention); the curves
+        # measured with llama.cpp's choice before it are not this loading's.
+        "flash_attn": options.flash_attn,
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
         "backend": backend_id(),
         "sizes": list(sizes),

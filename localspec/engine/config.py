@@ -24,14 +24,15 @@ def default_threads() -> int:
 class LoadOptions:
     """How to load one model. gpu_layers: None = all when offload is supported, -1 = all, 0 = CPU.
 
-    By default a model loads as llama.cpp itself loads it (weights repacked for the CPU's kernels,
-    flash attention as llama.cpp chooses): batched verifies are cheap, and speculative output is
-    the target's distribution, greedy output identical to the target alone up to float rounding,
-    as in llama.cpp's, vLLM's and LM Studio's speculation. batch_invariant (`--exact`) turns
-    repacking off and forces flash attention, which makes verifies of up to EXACT_VERIFY_BATCH
-    positions round like one-token decoding on the CPU (scripts/batch_rounding.py): greedy output
-    bit-identical to the target alone, at a cost (docs/benchmarks.md: 6% of plain decoding on
-    AVX2, 20-30% on AVX-512, and verifies that batch worse).
+    By default a model loads as llama.cpp itself loads it (weights repacked for the CPU's kernels),
+    but for flash attention, off for long contexts on the CPU (`flash_attn`): batched verifies are cheap, and
+    speculative output is the target's distribution, greedy output identical to the target alone
+    up to float rounding, as in llama.cpp's, vLLM's and LM Studio's speculation. batch_invariant
+    (`--exact`) turns repacking off and forces flash attention, which makes verifies of up to
+    EXACT_VERIFY_BATCH positions round like one-token decoding on the CPU
+    (scripts/batch_rounding.py): greedy output bit-identical to the target alone, at a cost
+    (docs/benchmarks.md: 6% of plain decoding on AVX2, 20-30% on AVX-512, and verifies that batch
+    worse).
     """
 
     n_ctx: int = 4096
@@ -45,6 +46,10 @@ class LoadOptions:
     # slower. None: where measured faster on this machine (cached); never with batch_invariant or
     # layers on a GPU.
     plain_prefill: bool | None = None
+    # Flash attention in fast loading: None keeps llama.cpp's choice on a GPU, on RPC workers, with
+    # a quantized cache and below 8192 positions, and turns it off otherwise (LlamaModel._flash_attention);
+    # True or False force it. batch_invariant always has it on.
+    flash_attn: bool | None = None
     # RPC workers ('host:port') that hold the model's layers (`--rpc`); the engine loads its
     # drafts without them, so they stay on this machine.
     rpc: tuple[str, ...] = ()
