@@ -29,6 +29,7 @@ sys.path.insert(0, str(SCRIPTS))
 import benchset_sources  # noqa: E402
 import make_agent_set  # noqa: E402
 import make_bench_set  # noqa: E402
+import make_long_set  # noqa: E402
 
 BENCH_SET = SCRIPTS / "bench_set.json"
 KINDS = {"code_edit", "code_write", "summarize", "qa", "translate", "chat", "math"}
@@ -242,3 +243,18 @@ def test_every_prompt_fits_the_context_with_512_tokens_to_spare(qwen_target: Pat
     finally:
         model.close()
     assert max(sizes.values()) <= 1100, sizes
+
+
+def test_the_long_set_builds_from_the_standard_library() -> None:
+    data = make_long_set.build()
+    prompts = parse_bench_set(data, "long set")
+    assert [p.name for p in prompts] == [
+        "long_edit_configparser",
+        "long_qa_reference",
+        "long_summarize_json",
+        "long_agent_shlex",
+    ]
+    # Each holds whole files: tens of thousands of characters, thousands of tokens.
+    assert all(sum(len(m.content) for m in p.messages) > 20_000 for p in prompts)
+    assert "class RawConfigParser" in prompts[0].messages[0].content
+    assert prompts[3].messages[0].role == "system" and "class shlex" in prompts[3].messages[1].content
