@@ -196,6 +196,10 @@ def test_the_key_holds_everything_that_changes_the_curve(model_file: Path) -> No
     assert key["threads"] == 1 and key["gpu_layers"] == 0
     assert "llama-cpp-python" in key["backend"]
     assert cal.calibration_key(model_file, LoadOptions(n_threads=1, kv_type="q8_0")) != key
+    # A long context on the CPU decodes without flash attention: its curve is not a short one's.
+    short, long = (cal.calibration_key(model_file, LoadOptions(n_ctx=n, n_threads=1)) for n in (4096, 16384))
+    assert short["flash_attn"] and not long["flash_attn"]
+    assert cal.calibration_key(model_file, LoadOptions(n_ctx=8192, n_threads=1, flash_attn=True)) == short
 
 
 def test_a_curve_measured_on_a_busy_machine_is_measured_again(model: LlamaModel, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from test_engine import TINY
 
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.drafters.model import ModelDrafter
-from localspec.engine.llama import LONG_CONTEXT, LlamaModel
+from localspec.engine.llama import LONG_CONTEXT, LlamaModel, flash_attention
 from localspec.engine.promptcache import (
     GIB,
     MIN_GAIN_TOKENS,
@@ -194,12 +194,12 @@ def test_long_contexts_on_the_cpu_read_without_flash_attention(tiny_target: Path
         "short, flash attention off": load(LONG_CONTEXT // 2, False),
     }
     try:
-        assert [m._flash_attention() for m in models.values()] == [False, True, True, False]
+        assert [flash_attention(m.options, m.on_gpu) for m in models.values()] == [False, True, True, False]
         source = models["long"]
         source.decode(source.tokenize("the model is here"), 1)
         state = source.save_state()
         for name, model in models.items():
-            if model._flash_attention():
+            if flash_attention(model.options, model.on_gpu):
                 with pytest.raises(LocalspecError, match="could not load a saved prompt cache"):
                     model.load_state(state, source.n_past)
             else:

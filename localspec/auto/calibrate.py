@@ -30,7 +30,7 @@ import llama_cpp
 from localspec.atomicfile import write_text_atomic
 from localspec.auto.costmodel import K_MAX, LONG_WIDTHS, VERIFY_MAX, Curve
 from localspec.engine.config import LoadOptions, default_threads
-from localspec.engine.llama import LlamaModel, gpu_offload_supported
+from localspec.engine.llama import LlamaModel, flash_attention, gpu_offload_supported
 from localspec.errors import StorageError, storage_error
 
 # Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in
@@ -104,19 +104,21 @@ def calibration_key(path: Path, options: LoadOptions, sizes: Sequence[int] = SIZ
     # Over RPC each step pays the network's round trips: V(n) is measured with them, per worker set
     # (only then in the key, so the curves cached for local models stay valid).
     rpc = {"rpc": list(options.rpc)} if options.rpc else {}
+    gpu_layers = (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
+    on_gpu = gpu_layers != 0 and not options.rpc and gpu_offload_supported()  # as LlamaModel's
     return rpc | {
         "version": CACHE_VERSION,
         "file": str(path.resolve()),
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
         "threads": options.n_threads or default_threads(),
-        "gpu_layers": (-1 if gpu_offload_supported() else 0) if gpu is None else gpu,
+        "gpu_layers": gpu_layers,
         "kv_type": options.kv_type,
         "n_batch": options.n_batch,
         "batch_invariant": options.batch_invariant,
-        # None: off on the CPU alone since session 43 (LlamaModel._flash_attention); the curves
-        # measured with llama.cpp's choice before it are not this loading's.
-        "flash_attn": options.flash_attn,
+        # The attention the loading decodes with, which the context's size can decide (a curve
+        # measured at 4,096 positions with flash attention is not one of a 16,384-position context).
+        "flash_attn": flash_attention(options, on_gpu),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
         "backend": backend_id(),
         "sizes": list(sizes),
