@@ -121,13 +121,25 @@ def flash_attention(options: LoadOptions, on_gpu: bool) -> bool:
     return on_gpu or bool(options.rpc) or options.kv_type != "f16" or options.n_ctx < LONG_CONTEXT
 
 
+def _sequence_state(ctx: llama_cpp.llama_context_p) -> Any:
+    """Sequence 0 of `ctx`'s cache as llama.cpp writes it (a ctypes byte array); None where it
+    wrote nothing."""
+    size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+    buf = (ctypes.c_uint8 * size)()
+    written = llama_cpp.llama_state_seq_get_data(ctx, buf, size, 0)
+    return buf if written and written == size else None
+
+
+def _set_sequence(ctx: llama_cpp.llama_context_p, memory: Any, state: Any) -> bool:
+    """Replace sequence 0 of `ctx`'s cache with `state` (None: empty it); False where llama.cpp
+    refuses the state, the sequence then empty."""
+    llama_cpp.llama_memory_seq_rm(memory, 0, -1, -1)
+    return state is None or bool(llama_cpp.llama_state_seq_set_data(ctx, state, len(state), 0))
+
+
 def _copy_sequence(src: llama_cpp.llama_context_p, dst: llama_cpp.llama_context_p, dst_memory: Any) -> None:
     """Replace sequence 0 of `dst`'s cache with `src`'s (two contexts of one model file)."""
-    size = llama_cpp.llama_state_seq_get_size(src, 0)
-    buf = (ctypes.c_uint8 * size)()
-    written = llama_cpp.llama_state_seq_get_data(src, buf, size, 0)
-    llama_cpp.llama_memory_seq_rm(dst_memory, 0, -1, -1)
-    if written and not llama_cpp.llama_state_seq_set_data(dst, buf, written, 0):
+    if not _set_sequence(dst, dst_memory, _sequence_state(src)):
         raise LocalspecError("llama.cpp could not take over the prompt's cache from the prefill copy")
 
 
@@ -487,16 +499,12 @@ class LlamaModel:
     def save_state(self) -> Any:
         """The cache's n_past positions as llama.cpp writes them (a ctypes byte array), for
         `load_state`; None where it wrote nothing."""
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0)
-        return buf if written == size else None
+        return _sequence_state(self._ctx)
 
     def load_state(self, state: Any, n_past: int) -> None:
         """Replace the cache with one `save_state` wrote when it held `n_past` positions."""
-        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
         self.n_past = self._prefill_valid = 0
-        if not llama_cpp.llama_state_seq_set_data(self._ctx, state, len(state), 0):
+        if not _set_sequence(self._ctx, self._memory, state):
             raise LocalspecError("llama.cpp could not load a saved prompt cache; the prompt is read again")
         self.n_past = n_past
 
