@@ -127,17 +127,6 @@ class Settings(BaseSettings):
             raise ValueError(exc.message) from None
         return value
 
-    @field_validator("prompt_cache")
-    @classmethod
-    def _prompt_cache(cls, value: str | None) -> str | None:
-        from localspec.pickdraft.devices import parse_size
-
-        try:
-            parse_size(value) if value is not None else None
-        except LocalspecError as exc:
-            raise ValueError(exc.message) from None
-        return value
-
     @field_validator("rpc")
     @classmethod
     def _rpc(cls, value: str | None) -> str | None:
@@ -150,9 +139,9 @@ class Settings(BaseSettings):
         except LocalspecError as exc:
             raise ValueError(exc.message) from None
 
-    @field_validator("max_resident")
+    @field_validator("max_resident", "prompt_cache")
     @classmethod
-    def _max_resident(cls, value: str | None) -> str | None:
+    def _size(cls, value: str | None) -> str | None:
         from localspec.pickdraft.devices import parse_size
 
         try:
