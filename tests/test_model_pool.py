@@ -15,7 +15,7 @@ from localspec.errors import ConfigError, ModelNotFoundError, UserInputError
 from localspec.keepalive import describe_keep_alive, parse_keep_alive
 from localspec.models.discovery import FoundModel
 from localspec.models.gguf_info import read_gguf_info
-from localspec.pickdraft.devices import GIB, MIB, apple, cpu_only, nvidia
+from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, apple, cpu_only, nvidia
 from localspec.pickdraft.memplan import HOST_RESERVE
 from localspec.server.budget import Budget, Footprint, Room
 from localspec.server.catalog import ModelCatalog, ServedModel, build_catalog
@@ -151,3 +151,67 @@ def test_a_footprint_counts_the_plain_prefill_copy_as_the_setting_says(tiny_targ
     assert off < may == forced  # unset: counted wherever the engine may attach one
     # Loaded --exact (nothing repacked) no plain copy is ever attached, whatever the setting says.
     assert host(batch_invariant=True, plain_prefill=None) == host(batch_invariant=True, plain_prefill=False)
+
+
+def test_saved_caches_count_toward_the_machine_but_not_max_resident() -> None:
+    budget = Budget(gpu=0, host=4 * GIB, cap=3 * GIB)
+    model, saved = Footprint(host=1 * GIB), Footprint(host=2560 * MIB)
+    assert budget.fits(model, model, Footprint(host=2 * GIB))  # 2 GiB of models, 4 GiB in all
+    assert not budget.fits(model, model, saved)  # the machine's 4 GiB would not hold the caches too
+    assert not budget.fits(model, Footprint(host=2 * GIB + 1))  # max_resident: models alone
+
+
+# --- saved caches make room before loaded models do ------------------------------------------
+
+FREE = 40 * GIB  # the simulated machine's available memory with nothing loaded
+MODEL = 1 * GIB  # what the first model's memory plan says it takes
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("beside", "caches_kept", "first_kept"),
+    [(2.0, True, True), (0.5, False, True), (-1.0, False, False)],
+    ids=["room-for-all", "room-once-caches-go", "no-room-beside-it"],  # the last: unloaded, caches and all
+)
+async def test_a_load_drops_saved_caches_before_it_unloads_a_model(
+    tiny_target: Path, beside: float, caches_kept: bool, first_kept: bool
+) -> None:
+    """The machine's free memory is what the loaded models and their saved caches leave. The
+    second model's plan leaves `beside` times the first's saved bytes to spare beside the first
+    model: room for all, room once the caches go, or none even without them."""
+    import asyncio
+
+    from test_engine import TINY
+    from test_promptcache import CONVERSATION, OTHER, ask
+
+    from localspec.engine.config import EngineConfig
+    from localspec.engine.worker import Engine
+    from localspec.pickdraft.memplan import budgets
+    from localspec.server.pool import Loadout, ModelPool
+
+    info = read_gguf_info(tiny_target)
+    first, second = (ServedModel(name, tiny_target, info, "models") for name in ("first", "second"))
+    config = EngineConfig(target=tiny_target, load=TINY, ngram_memory_tokens=0, prompt_cache_bytes=64 * MIB)
+    sizes = {"first": MODEL}
+
+    def probe() -> DeviceMemory:
+        return cpu_only(64 * GIB, FREE - (pool.used() + pool.saved()).total)
+
+    def prepare(model: ServedModel, _device: DeviceMemory) -> Loadout:
+        return Loadout(config, None, Footprint(host=sizes[model.name]))
+
+    pool = ModelPool(prepare, Engine, Room(probe), lambda _model: None)
+    try:
+        loaded = await pool.acquire(first)
+        await asyncio.to_thread(ask, loaded.engine, CONVERSATION)
+        await asyncio.to_thread(ask, loaded.engine, OTHER)  # the conversation's cache is saved
+        pool.release(loaded)
+        held = loaded.engine.info.saved_prompt_bytes
+        assert held > 0
+        host = budgets(cpu_only(64 * GIB, FREE))[1]
+        sizes["second"] = host - MODEL - int(held * beside)
+        pool.release(await pool.acquire(second))
+        assert ("first" in pool.resident) == first_kept
+        assert pool.saved().host == (held if caches_kept else 0)
+    finally:
+        await asyncio.to_thread(pool.close)

@@ -143,6 +143,18 @@ def test_a_request_without_the_cache_reads_its_prompt_whole(cached: Engine) -> N
     assert fresh.stats.cached_tokens == 0
 
 
+def test_dropped_caches_free_their_memory_and_the_prompt_is_read_again(tiny_target: Path) -> None:
+    with engine_with(tiny_target, 64 << 20) as engine:
+        ask(engine, CONVERSATION)
+        ask(engine, OTHER)
+        count, held = engine.info.saved_prompts, engine.info.saved_prompt_bytes
+        assert count == 1 and held > 0
+        assert engine.drop_saved_prompts() == held
+        assert (engine.info.saved_prompts, engine.info.saved_prompt_bytes) == (0, 0)
+        assert engine.drop_saved_prompts() == 0
+        assert ask(engine, CONVERSATION).stats.cached_tokens < 5
+
+
 def test_a_saved_cache_llama_cpp_cannot_load_is_dropped_and_the_prompt_read(
     tiny_target: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

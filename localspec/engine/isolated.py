@@ -137,6 +137,11 @@ class IsolatedEngine(Engine):
     def pieces(self, tokens: Sequence[int]) -> list[bytes]:
         return list(self._ask("pieces", list(tokens)))
 
+    def drop_saved_prompts(self) -> int:
+        # The child's info is sent once, at load, so its saved caches (none unless prompt_cache is
+        # set: resolve.prompt_cache_bytes) are not counted as memory the daemon could free either.
+        return 0
+
     @property
     def queue_depth(self) -> int:
         return max(0, len(self._handles) - 1)  # the one running is not waiting

@@ -496,6 +496,10 @@ class LlamaModel:
         self.n_past = 0
         self._prefill_valid = 0
 
+    def state_size(self) -> int:
+        """Bytes `save_state` would copy now (llama.cpp sizes it without writing it)."""
+        return int(llama_cpp.llama_state_seq_get_size(self._ctx, 0))
+
     def save_state(self) -> Any:
         """The cache's n_past positions as llama.cpp writes them (a ctypes byte array), for
         `load_state`; None where it wrote nothing."""

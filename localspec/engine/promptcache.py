@@ -11,12 +11,14 @@ loaded back, bytes as they were, so the reply is what it would have been had no 
 come between.
 
 `PromptCache` is bookkeeping over token tuples and byte sizes; `switch` reads and writes the
-model's states.
+model's states. The daemon may `drop` every saved cache from another thread, to make room for a
+model it loads: saved caches go before any loaded model does.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,6 +73,8 @@ class PromptCache:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._saved: OrderedDict[tuple[int, ...], Saved] = OrderedDict()
+        # `switch` (the engine's thread) and `drop` (the daemon's) each hold it throughout.
+        self._lock = threading.Lock()
 
     @property
     def size(self) -> int:
@@ -110,8 +114,18 @@ class PromptCache:
             self._saved.move_to_end(found[0].tokens)
         return found
 
-    def clear(self) -> None:
-        self._saved.clear()
+    def stats(self) -> tuple[int, int]:
+        """How many caches are saved and their bytes (any thread)."""
+        with self._lock:
+            return len(self._saved), self.size
+
+    def drop(self) -> int:
+        """Forget every saved cache (their memory is freed with them); returns the bytes they held.
+        Any thread: it waits for a `switch` under way."""
+        with self._lock:
+            freed = self.size
+            self._saved.clear()
+            return freed
 
     def switch(
         self,
@@ -127,6 +141,17 @@ class PromptCache:
         cache): the prompt is read whole.
 
         Returns how many of the prompt's first tokens the model's cache now holds."""
+        with self._lock:
+            return self._switch(model, live, prompt, use, draft)
+
+    def _switch(
+        self,
+        model: LlamaModel,
+        live: Sequence[int],
+        prompt: Sequence[int],
+        use: bool,
+        draft: ModelDrafter | None,
+    ) -> int:
         shared = common_prefix(live, prompt) if use else 0
         if self.worth_saving(live, shared):
             self._save(model, live, draft)
@@ -145,15 +170,16 @@ class PromptCache:
         return shared
 
     def _save(self, model: LlamaModel, live: Sequence[int], draft: ModelDrafter | None) -> None:
+        if draft is not None and common_prefix(draft.seen, live) < MIN_SAVED_TOKENS:
+            draft = None  # it has not read enough of this conversation to be worth keeping
+        size = model.state_size() + (draft.model.state_size() if draft is not None else 0)
+        if size > self.limit or not _room_for(size):  # checked before anything is copied
+            return
         state = model.save_state()
         if state is None:
             return
-        drafts = None
-        if draft is not None and common_prefix(draft.seen, live) >= MIN_SAVED_TOKENS:
-            drafts = draft.save()
-        saved = Saved(tuple(live), state, len(state), drafts)
-        if _room_for(saved.total):
-            self.add(saved)
+        drafts = draft.save() if draft is not None else None
+        self.add(Saved(tuple(live), state, len(state), drafts))
 
 
 def _room_for(size: int) -> bool:

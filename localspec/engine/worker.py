@@ -273,6 +273,13 @@ class Engine:
         target = self._ready_target()
         return [target.shown_piece(t) for t in checked_ids(target, tokens, "tokens", what="")]
 
+    def drop_saved_prompts(self) -> int:
+        """Forget the conversations' saved caches (engine.promptcache) to free their memory; returns
+        the bytes freed. Any thread: waits while a request is switching caches, never for a reply."""
+        freed = self._prompt_cache.drop()
+        self.info.saved_prompts, self.info.saved_prompt_bytes = 0, 0
+        return freed
+
     def _ready_target(self) -> LlamaModel:
         if self.info.status != "ready" or self._target is None:
             raise LocalspecError(f"the model is not ready ({self.info.status}); retry once it is loaded")
@@ -412,7 +419,7 @@ class Engine:
         return lambda fraction: progress(what, fraction)
 
     def _unload(self) -> None:
-        self._prompt_cache.clear()
+        self._prompt_cache.drop()
         for drafter in self._drafters.values():
             if isinstance(drafter, ModelDrafter):
                 drafter.model.close()
@@ -451,8 +458,7 @@ class Engine:
             req.cache_prompt,
             draft if isinstance(draft, ModelDrafter) else None,
         )
-        self.info.saved_prompts = len(self._prompt_cache)
-        self.info.saved_prompt_bytes = self._prompt_cache.size
+        self.info.saved_prompts, self.info.saved_prompt_bytes = self._prompt_cache.stats()
         self._kv_tokens = []  # unknown until this request ends cleanly
         scored = self._scored_prefix(req, tokens)
         gen = Generation(

@@ -62,10 +62,13 @@ class Budget:
         gpu, host = budgets(device)
         return cls(gpu, host, device.unified, cap, device.describe())
 
-    def fits(self, used: Footprint, new: Footprint) -> bool:
+    def fits(self, used: Footprint, new: Footprint, saved: Footprint | None = None) -> bool:
+        """Whether `new` fits beside the loaded models (`used`) and their saved caches (`saved`,
+        which take the machine's memory but have a bound of their own, not max_resident's)."""
         both = used + new
         if self.cap is not None and both.total > self.cap:
             return False
+        both = both + (saved or Footprint())
         if self.unified:
             return both.total <= self.host
         return both.host <= self.host and both.gpu <= self.gpu

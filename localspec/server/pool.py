@@ -10,8 +10,9 @@ two concurrent decodes each run at about half speed: that is the hardware's limi
 Loads are serialised (one `_load_lock`): two models loading at once would each take
 the whole machine's bandwidth and could both pass the memory check before either
 was counted. Each load plans with the memory free when it starts (server.budget.Room):
-a model that does not fit beside the others unloads the least recently used idle
-ones first; one that cannot fit even alone is refused with the numbers.
+a model that does not fit beside the others unloads the least recently used idle ones
+first, and then, where the rest's saved conversation caches (engine.promptcache) are what
+it does not fit beside, drops those; one that cannot fit even alone is refused with the numbers.
 After its last request a model stays loaded for its keep_alive (Ollama's: 0 unloads
 at once, None stays until the daemon stops), then unloads.
 """
@@ -112,6 +113,10 @@ class ModelPool:
                 total = total + res.loadout.footprint
         return total
 
+    def saved(self) -> Footprint:
+        """The loaded models' saved conversation caches: host memory a load may have them drop."""
+        return Footprint(host=sum(res.engine.info.saved_prompt_bytes for res in self.resident.values()))
+
     async def acquire(self, model: ServedModel) -> Resident:
         """The model's engine, loaded and ready, counted busy until `release`. Waits for a load."""
         while True:
@@ -200,7 +205,8 @@ class ModelPool:
                     await asyncio.to_thread(other.engine.wait_ready)
         self.loading = model.name
         try:
-            device = await asyncio.to_thread(self.room.alone, self.used())  # the memory free now
+            # The memory free now, and what the loaded models and their saved caches hold.
+            device = await asyncio.to_thread(self.room.alone, self.used() + self.saved())
             loadout = await self._loadout(model, device)
             await self._make_room(model.name, loadout.footprint, self.room.budget(device))
             started = time.monotonic()
@@ -232,10 +238,24 @@ class ModelPool:
         return cached
 
     async def _make_room(self, name: str, need: Footprint, budget: Budget) -> None:
-        """Unload the least recently used idle models until `need` fits; refuse when it cannot."""
+        """Unload the least recently used idle models until `need` fits beside the rest without
+        saved caches, then drop the rest's saved caches until it fits with them; refuse when it
+        cannot fit."""
         if not budget.fits(Footprint(), need):
             raise budget.refuse(name, need)
-        while not budget.fits(self.used(), need):
+        dropped: set[str] = set()
+        while not budget.fits(self.used(), need, self.saved()):
+            keeping = [r for r in self.resident.values() if r.name not in dropped]
+            keeping = [r for r in keeping if r.engine.info.saved_prompt_bytes]
+            keeping.sort(key=lambda r: (r.busy > 0, r.last_used))  # idle models' first, then the oldest
+            if keeping and budget.fits(self.used(), need):
+                # A cache read again costs one prompt's reading; an unloaded model its load and all
+                # its caches. Busy models' too: the engine waits for a cache switch under way.
+                res = keeping[0]
+                dropped.add(res.name)
+                freed = await asyncio.to_thread(res.engine.drop_saved_prompts)
+                log.info("dropped %s of %s's saved caches to make room for %s", size(freed), res.name, name)
+                continue
             idle = sorted((r for r in self.resident.values() if not r.busy), key=lambda r: r.last_used)
             if not idle:
                 busy = ", ".join(self.resident)
