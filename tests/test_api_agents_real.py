@@ -82,7 +82,8 @@ def test_claude_code_turn_a_tool_use_then_its_result(daemon: Daemon) -> None:
         answer = client.messages.create(max_tokens=30, messages=history, **kw)
     # The result reached the model as chat's `tool` turn does: the same prompt, the same greedy turn.
     chat = _openai_chat_turn(daemon, use.id, use.input)
-    assert answer.usage.input_tokens == chat["usage"]["prompt_tokens"] > first.usage.input_tokens
+    prompt = answer.usage.input_tokens + (answer.usage.cache_read_input_tokens or 0)
+    assert prompt == chat["usage"]["prompt_tokens"] > first.usage.input_tokens
     message = chat["choices"][0]["message"]
     text = "".join(b.text for b in answer.content if b.type == "text")
     assert text == (message["content"] or "")

@@ -54,7 +54,7 @@ def test_create_equals_openai_chat_of_the_same_messages(client: anthropic.Anthro
     assert out.type == "message" and out.role == "assistant" and out.id.startswith("msg_")
     assert [b.type for b in out.content] == ["text"]
     assert out.content[0].text == chat["choices"][0]["message"]["content"]  # type: ignore[union-attr]
-    assert out.usage.input_tokens == chat["usage"]["prompt_tokens"]
+    assert out.usage.input_tokens + (out.usage.cache_read_input_tokens or 0) == chat["usage"]["prompt_tokens"]
     assert out.usage.output_tokens == chat["usage"]["completion_tokens"]
     assert out.stop_reason == (
         "max_tokens" if chat["choices"][0]["finish_reason"] == "length" else "end_turn"
@@ -83,8 +83,37 @@ def test_stream_event_sequence_and_text(client: anthropic.Anthropic, daemon: Dae
     assert n_deltas >= 1 and all(
         d["delta"]["type"] == "text_delta" for d in datas if d["type"] == "content_block_delta"
     )
-    assert datas[0]["message"]["usage"]["input_tokens"] == whole.usage.input_tokens
-    assert datas[-2]["usage"]["output_tokens"] == whole.usage.output_tokens
+    # message_start counts the whole prompt as read; message_delta says how much the cache held.
+    usage = datas[-2]["usage"]
+    assert (
+        datas[0]["message"]["usage"]["input_tokens"]
+        == usage["input_tokens"] + usage["cache_read_input_tokens"]
+    )
+    assert usage["output_tokens"] == whole.usage.output_tokens
+
+
+def test_usage_splits_the_prompt_into_read_and_cached_as_anthropic_does(client: anthropic.Anthropic) -> None:
+    """A conversation's next turn reads only what is new: the earlier turns are cache_read_input_tokens."""
+    system = "You review code. " * 20
+    first = client.messages.create(
+        model="tiny-target", max_tokens=8, extra_body=GREEDY, system=system, messages=USER
+    )
+    counted = client.messages.count_tokens(model="tiny-target", system="x", messages=USER)
+    reply = first.content[0].text  # type: ignore[union-attr]
+    turn = [*USER, {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}]
+    second = client.messages.create(
+        model="tiny-target", max_tokens=8, extra_body=GREEDY, system=system, messages=turn
+    )
+    with client.messages.stream(
+        model="tiny-target", max_tokens=8, extra_body=GREEDY, system=system, messages=turn
+    ) as stream:
+        streamed = stream.get_final_message().usage
+    prompt = client.messages.count_tokens(model="tiny-target", system=system, messages=turn).input_tokens
+    read, cached = second.usage.input_tokens, second.usage.cache_read_input_tokens or 0
+    assert read + cached == prompt and cached >= first.usage.input_tokens > counted.input_tokens
+    assert read > 0 and second.usage.cache_creation_input_tokens == 0
+    # The same prompt again: all but its last token from the cache (llama.cpp reads that one for its logits).
+    assert (streamed.input_tokens, streamed.cache_read_input_tokens) == (1, prompt - 1)
 
 
 def test_stop_sequences_and_sampling_fields(client: anthropic.Anthropic) -> None:
@@ -114,7 +143,7 @@ def test_stop_sequences_and_sampling_fields(client: anthropic.Anthropic) -> None
 def test_count_tokens_matches_the_prompt_usage(client: anthropic.Anthropic) -> None:
     counted = client.messages.count_tokens(model="tiny-target", system="be brief", messages=USER)
     made = client.messages.create(model="tiny-target", max_tokens=2, system="be brief", messages=USER)
-    assert counted.input_tokens == made.usage.input_tokens > 0
+    assert counted.input_tokens == made.usage.input_tokens + (made.usage.cache_read_input_tokens or 0) > 0
 
 
 def test_claude_model_names_mean_the_served_model(client: anthropic.Anthropic) -> None:

@@ -73,13 +73,22 @@ class AnthropicFormat:
     def _event(data: dict[str, Any]) -> bytes:
         return f"event: {data['type']}\n".encode() + b"data: " + json_bytes(data) + b"\n\n"
 
-    def _usage(self, output_tokens: int) -> dict[str, int]:
-        # The whole prompt counts as input; nothing is billed, so no cache split is reported.
+    def _usage(self, result: GenerationResult | None) -> dict[str, int]:
+        """Anthropic's split of the prompt: input_tokens read, cache_read_input_tokens taken from the
+        cache (llama-server's split too). Before the reply ends the whole prompt counts as read."""
+        if result is None:
+            return {
+                "input_tokens": self.input_tokens,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 0,
+            }
+        cached = result.stats.cached_tokens
         return {
-            "input_tokens": self.input_tokens,
+            "input_tokens": result.stats.prompt_tokens - cached,
             "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "output_tokens": output_tokens,
+            "cache_read_input_tokens": cached,
+            "output_tokens": result.stats.tokens,
         }
 
     def _message(self, content: list[dict[str, Any]], result: GenerationResult | None) -> dict[str, Any]:
@@ -92,7 +101,7 @@ class AnthropicFormat:
             "content": content,
             "stop_reason": reason,
             "stop_sequence": sequence,
-            "usage": self._usage(result.stats.tokens if result is not None else 0),
+            "usage": self._usage(result),
         }
 
     def _start(self) -> bytes:
@@ -136,7 +145,8 @@ class AnthropicFormat:
         delta = {"stop_reason": reason, "stop_sequence": sequence}
         out.append(
             self._event(
-                {"type": "message_delta", "delta": delta, "usage": {"output_tokens": result.stats.tokens}}
+                # The usage as it ends (the SDKs take each field given here over message_start's).
+                {"type": "message_delta", "delta": delta, "usage": self._usage(result)}
             )
         )
         out.append(self._event({"type": "message_stop"}))
