@@ -100,7 +100,11 @@ def test_usage_splits_the_prompt_into_read_and_cached_as_anthropic_does(client: 
     )
     counted = client.messages.count_tokens(model="tiny-target", system="x", messages=USER)
     reply = first.content[0].text  # type: ignore[union-attr]
-    turn = [*USER, {"role": "assistant", "content": reply}, {"role": "user", "content": "and then?"}]
+    turn: list[MessageParam] = [
+        *USER,
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "and then?"},
+    ]
     second = client.messages.create(
         model="tiny-target", max_tokens=8, extra_body=GREEDY, system=system, messages=turn
     )
