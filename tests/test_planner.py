@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_gguf_info import shared_cache
 
-from localspec.engine.config import LoadOptions
+from localspec.engine.config import LONG_CONTEXT, LoadOptions
 from localspec.models.gguf_info import read_gguf_info
 from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, apple, cpu_only, nvidia
 from localspec.pickdraft.memplan import (
@@ -41,6 +41,7 @@ def shape(
     n_head_kv: int = 4,
     head_dim: int = 128,
     n_ctx_train: int = 32768,
+    n_head: int = 28,
 ) -> ModelShape:
     return ModelShape(
         name=name,
@@ -56,12 +57,15 @@ def shape(
         head_dim_v=head_dim,
         n_ctx_train=n_ctx_train,
         bpe=True,
+        n_head=n_head,
     )
 
 
 # About a 7B model with 8 KV heads and Qwen2.5-0.5B at Q4_K_M: 4.4 GiB and 0.45 GiB of weights.
 TARGET_7B = shape("7b.gguf", 28, 134, embd_mib=292, head_mib=426, n_head_kv=8)
-DRAFT_05B = shape("0.5b.gguf", 24, 9.8, embd_mib=89, head_mib=138, n_embd=896, n_head_kv=2, head_dim=64)
+DRAFT_05B = shape(
+    "0.5b.gguf", 24, 9.8, embd_mib=89, head_mib=138, n_embd=896, n_head_kv=2, head_dim=64, n_head=14
+)
 
 
 def plan(device: DeviceMemory, n_ctx: int = 4096, draft: ModelShape | None = DRAFT_05B) -> MemoryPlan:
@@ -89,6 +93,39 @@ def test_cpu_only_puts_everything_on_the_host() -> None:
     # Without repacking (--exact) there is no plain copy to read prompts with.
     exact = plan_memory(TARGET_7B, DRAFT_05B, cpu_only(16 * GIB), n_ctx=4096, repack=False)
     assert exact.host_bytes <= alone.host_bytes < p.host_bytes
+
+
+def test_long_contexts_on_the_cpu_count_plain_attentions_scores() -> None:
+    """Fast loading reads long contexts without flash attention on the CPU (engine.config.
+    flash_attention): each context that reads prompts, the target's, its plain prefill copy's and
+    the draft's, touches (heads + 1) score rows of the whole context per token of a micro-batch."""
+    n_ctx = 16384
+
+    def host(device: DeviceMemory | None = None, **kw: bool) -> int:
+        device = device or cpu_only(64 * GIB)
+        return plan_memory(TARGET_7B, DRAFT_05B, device, n_ctx=n_ctx, **kw).host_bytes  # type: ignore[arg-type]
+
+    plain = host()
+    scores = [s.plain_attention_resident(n_ctx) for s in (TARGET_7B, TARGET_7B, DRAFT_05B)]
+    touched = [s.compute_resident(n) for s, n in ((TARGET_7B, 9), (TARGET_7B, 1), (DRAFT_05B, 9))]
+    assert plain - host(flash_attn=True) == sum(scores) - sum(touched) > 1 * GIB
+    assert host(flash_attn=False) == plain
+    assert host(repack=False) == host(repack=False, flash_attn=True)  # --exact: always flash attention
+    assert plain_attention_grows_from(TARGET_7B) == LONG_CONTEXT
+    # Layers on a GPU keep llama.cpp's choice (flash attention on): no score block on the host.
+    gpu = nvidia(80 * GIB, 64 * GIB)
+    assert host(gpu) == host(gpu, flash_attn=True)
+
+
+def plain_attention_grows_from(shape: ModelShape) -> int:
+    """The first context (in 256s) at which fast loading on the CPU plans more than flash attention."""
+    n_ctx = 256
+    while (
+        plan_memory(shape, None, cpu_only(512 * GIB), n_ctx=n_ctx, flash_attn=True).host_bytes
+        == plan_memory(shape, None, cpu_only(512 * GIB), n_ctx=n_ctx).host_bytes
+    ):
+        n_ctx += 256
+    return n_ctx
 
 
 def test_4gib_gpu_takes_the_whole_draft_then_some_target_layers() -> None:
@@ -204,6 +241,24 @@ def test_sizes_match_llama_cpp(
     assert s.weight_bytes / MIB == pytest.approx(weights, abs=0.01)
     assert s.n_layers * s.kv_bytes_per_layer(4096, "f16") / MIB == pytest.approx(kv, abs=0.01)
     assert s.compute_reserved() / MIB == pytest.approx(compute, abs=0.01)
+
+
+# The compute buffer llama.cpp reserved without flash attention (MiB), by context.
+LLAMA_CPP_PLAIN_ATTENTION = {
+    "qwen_target": {16384: 432.01, 32768: 848.01},
+    "qwen_draft": {16384: 489.26, 32768: 969.26},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", sorted(LLAMA_CPP_PLAIN_ATTENTION))
+def test_plain_attention_scores_match_llama_cpp(
+    fixture: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    info = read_gguf_info(request.getfixturevalue(fixture), cache_dir=shared_cache(tmp_path_factory))
+    s = ModelShape.from_info(info)
+    for n_ctx, reserved in LLAMA_CPP_PLAIN_ATTENTION[fixture].items():
+        assert 0 <= s.plain_attention_resident(n_ctx) / MIB - reserved < 2.5  # never under it
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ import llama_cpp
 import pytest
 from test_engine import TINY
 
-from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.config import LONG_CONTEXT, EngineConfig, LoadOptions, flash_attention
 from localspec.engine.drafters.model import ModelDrafter
-from localspec.engine.llama import LONG_CONTEXT, LlamaModel, flash_attention
+from localspec.engine.llama import LlamaModel
 from localspec.engine.promptcache import (
     GIB,
     MIN_GAIN_TOKENS,

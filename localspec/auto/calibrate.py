@@ -29,8 +29,8 @@ import llama_cpp
 
 from localspec.atomicfile import write_text_atomic
 from localspec.auto.costmodel import K_MAX, LONG_WIDTHS, VERIFY_MAX, Curve
-from localspec.engine.config import LoadOptions, default_threads
-from localspec.engine.llama import LlamaModel, flash_attention, gpu_offload_supported
+from localspec.engine.config import LoadOptions, default_threads, flash_attention
+from localspec.engine.llama import LlamaModel, gpu_offload_supported
 from localspec.errors import StorageError, storage_error
 
 # Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in

@@ -76,6 +76,29 @@ EXACT_POSITIONS = 256
 EXACT_VERIFY_BATCH_GPU = 1
 
 
+# Contexts this large are for long prompts: fast loading reads and decodes them without flash
+# attention on the CPU (flash_attention).
+LONG_CONTEXT = 8192
+
+
+def flash_attention(options: LoadOptions, on_gpu: bool) -> bool:
+    """Whether a model loaded with `options` decodes with flash attention: always with
+    batch_invariant; in fast loading llama.cpp's choice (its `auto`, which turns it on for the CPU
+    too), but off for the CPU alone with an f16 cache and a context of LONG_CONTEXT or more.
+    Measured on 2 AVX-512 cores (1.5B, docs/benchmarks.md session 43): plain attention reads a
+    6,000-token prompt 1.29x faster, decodes 10% faster after it and verifies 16 positions there in
+    half the time; after the bench set's prompts (100-1,100 tokens) it decodes 1-3% slower and
+    reads them 1-7% slower. The two layouts' caches cannot be handed over (llama.cpp stores V
+    transposed without flash attention), so one context keeps one; a context sized for long prompts
+    gets the one that is faster for them, for more compute buffer (the memory plan counts it:
+    pickdraft.memplan). A quantized V cache needs flash attention in llama.cpp."""
+    if options.batch_invariant:
+        return True
+    if options.flash_attn is not None:
+        return options.flash_attn
+    return on_gpu or bool(options.rpc) or options.kv_type != "f16" or options.n_ctx < LONG_CONTEXT
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """What to load and how. Built once at the edge (CLI, daemon) from Settings."""

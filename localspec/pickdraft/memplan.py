@@ -11,7 +11,9 @@ real models: weights, "KV buffer size", "compute buffer size"):
   the cache type, each layer's part beside its weights;
 - compute buffers: the worst-case graph for a micro-batch of 512 tokens, which is
   dominated by logits for every token (512 x vocab x 4 bytes) plus about two
-  hidden-state rows per token;
+  hidden-state rows per token; without flash attention (fast loading's choice for long
+  contexts on the CPU), by the attention scores past ~8,000 positions: 512 x context x
+  (heads + 1) x 4 bytes, touched by every prompt read that long;
 - repacked weights: unless loaded batch-invariant, llama.cpp's CPU backend copies the
   Q4_0, Q4_K and IQ4_NL matrices of host layers into an interleaved layout
   ("CPU_REPACK model buffer size") for faster matrix products; the mapped file stays
@@ -33,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from localspec.engine.config import LoadOptions, flash_attention
 from localspec.errors import UserInputError
 from localspec.models.gguf_info import GGUFInfo
 from localspec.pickdraft.devices import GIB, MIB, DeviceMemory
@@ -42,6 +45,9 @@ from localspec.pickdraft.devices import GIB, MIB, DeviceMemory
 KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 N_UBATCH = 512
 CTX_STEP = 256
+# Hidden rows beside the attention scores in the compute buffer without flash attention (fitted to
+# llama.cpp's reservations on the Qwen2.5 1.5B and 0.5B, rounded up).
+PLAIN_ATTENTION_ROWS = 6
 # Host memory llama.cpp spends on a vocabulary (token texts, lookup maps, BPE merges),
 # measured on Qwen2.5 (BPE, 151,936 tokens: 48 MiB), SmolLM2 (BPE, 49,152: 19 MiB)
 # and Gemma 3 (SentencePiece, 262,144: 44 MiB).
@@ -78,6 +84,7 @@ class ModelShape:
     n_ctx_train: int
     bpe: bool
     repack_bytes: int = 0
+    n_head: int = 0
 
     @classmethod
     def from_info(cls, info: GGUFInfo) -> ModelShape:
@@ -98,6 +105,7 @@ class ModelShape:
             n_ctx_train=info.n_ctx_train,
             bpe=info.llama_vocab_type == "bpe",
             repack_bytes=sum(n for t, n in info.block_matrix_bytes if t in REPACKED_TYPES),
+            n_head=info.n_head,
         )
 
     @property
@@ -129,6 +137,16 @@ class ModelShape:
     def compute_resident(self, n_outputs: int, n_ubatch: int = N_UBATCH) -> int:
         """What of the compute buffer a decode asking `n_outputs` rows of logits actually touches."""
         return n_ubatch * 4 * 2 * self.n_embd + n_outputs * 4 * self.n_vocab
+
+    def plain_attention_resident(self, n_ctx: int, n_ubatch: int = N_UBATCH) -> int:
+        """What of the compute buffer reading a prompt without flash attention touches: each head's
+        query-by-cache scores and the mask, f32 (n_ubatch x n_ctx each), and a few hidden rows.
+        llama.cpp reserved 1.5B: 432.0 MiB at 16,384 positions and 848.0 at 32,768 (this: 434, 850);
+        0.5B: 489.3 and 969.3 (490, 970). Reading a 16,000-token prompt there touched all of it:
+        the engine's anonymous memory grew 520 MiB more than with flash attention (session 44).
+        Counted for the target's own context too, which reads shorter inputs (up to 1/50 of its
+        cache, engine.llama.PREFILL_PER_CACHED, beside a plain prefill copy): a safe bound."""
+        return n_ubatch * 4 * ((self.n_head + 1) * padded_ctx(n_ctx) + PLAIN_ATTENTION_ROWS * self.n_embd)
 
     @property
     def vocab_bytes(self) -> int:
@@ -216,6 +234,17 @@ class LoadSpec:
     repack: bool = True
     # A plain prefill copy's context beside this model's (the target's, when it may get one).
     prefill_copy: bool = False
+    # The flash_attn setting (None: as engine.config.flash_attention decides for the placement).
+    flash_attn: bool | None = None
+
+    def flash_attention(self, on_gpu: bool) -> bool:
+        options = LoadOptions(
+            n_ctx=self.n_ctx,
+            kv_type=self.kv_type,
+            batch_invariant=not self.repack,
+            flash_attn=self.flash_attn,
+        )
+        return flash_attention(options, on_gpu)
 
 
 def place(shape: ModelShape, gpu_layers: int, all_on_gpu: bool, load: LoadSpec) -> Placement:
@@ -232,8 +261,11 @@ def place(shape: ModelShape, gpu_layers: int, all_on_gpu: bool, load: LoadSpec) 
     host += shape.vocab_bytes + 4 * shape.n_vocab  # the output buffer keeps one row of logits
     if load.repack and n:
         host += shape.repack_bytes * (n - gpu_layers) // n
+    # Without flash attention, a context reading a prompt touches a score block that grows with the
+    # context: as much as the logits' rows, or (from ~8,000 positions for these models) more.
+    attention = 0 if load.flash_attention(gpu_layers > 0) else shape.plain_attention_resident(load.n_ctx)
     if load.prefill_copy and load.repack and gpu_layers == 0:
-        host += n * kv_layer + shape.compute_resident(1)
+        host += n * kv_layer + max(shape.compute_resident(1), attention)
     if gpu_layers:
         # The logits block of the compute buffer sits where the head runs.
         gpu += shape.compute_reserved() if all_on_gpu else N_UBATCH * 4 * 2 * shape.n_embd
@@ -242,7 +274,7 @@ def place(shape: ModelShape, gpu_layers: int, all_on_gpu: bool, load: LoadSpec) 
     else:
         # A tied head is the host's embedding matrix again: no second copy on the host.
         host += (0 if shape.tied_head else shape.head_bytes) + shape.other_bytes
-        host += shape.compute_resident(load.n_outputs)
+        host += max(shape.compute_resident(load.n_outputs), attention)
     return Placement(
         name=shape.name,
         n_layers=n,
@@ -265,19 +297,21 @@ def plan_memory(
     k: int = 8,
     repack: bool = True,
     plain_prefill: bool | None = None,
+    flash_attn: bool | None = None,
 ) -> MemoryPlan:
     """Place the draft (whole, on the GPU if it fits) then the target; MemoryPlanError if it cannot fit.
 
     `k` is the most tokens drafted per step (k + 1 rows of logits per verify); `repack`
     whether llama.cpp repacks host weights (LoadOptions.batch_invariant off); `plain_prefill`
     whether the target may get a plain prefill copy (None: wherever it could, as LoadOptions'
-    default measures at load: the plan counts what the engine may take).
+    default measures at load: the plan counts what the engine may take); `flash_attn` the setting
+    (None: engine.config.flash_attention's choice, off for long contexts on the CPU).
     """
     if kv_type not in KV_BYTES_PER_ELEMENT:
         raise UserInputError(
             f"unknown KV cache type {kv_type!r}; use one of {', '.join(KV_BYTES_PER_ELEMENT)}"
         )
-    load = LoadSpec(n_ctx, kv_type, k + 1, repack)
+    load = LoadSpec(n_ctx, kv_type, k + 1, repack, flash_attn=flash_attn)
     gpu_budget, host_budget = budgets(device)
     draft_place = _place_draft(draft, gpu_budget, load)
     gpu_left = gpu_budget - (draft_place.gpu_bytes if draft_place else 0)

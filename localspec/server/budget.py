@@ -168,6 +168,7 @@ def footprint(config: EngineConfig, device: DeviceMemory) -> Footprint:
         # The setting as given (None: counted wherever the engine may attach one); the draft standing
         # in for an RPC target never gets a plain prefill copy.
         plain_prefill=False if config.load.rpc else config.load.plain_prefill,
+        flash_attn=config.load.flash_attn,
     )
     return Footprint(plan.gpu_bytes, plan.host_bytes)
 
