@@ -297,6 +297,42 @@ def test_num_ctx_up_to_the_served_context(uds_ollama: ollama.Client) -> None:
     assert "8192" in info.value.error and "1024" in info.value.error and "--ctx" in info.value.error
 
 
+def _long_chat(turns: int) -> list[dict[str, str]]:
+    words = "the model reads the file and writes the test for the parser"
+    roles = ("user", "assistant")
+    return [{"role": roles[i % 2], "content": f"{i} {words} {words}"} for i in range(turns)]
+
+
+def test_a_chat_longer_than_the_context_drops_its_oldest_messages(
+    uds_ollama: ollama.Client, daemon: Daemon
+) -> None:
+    """As Ollama does (truncate, on by default): system messages and the latest message stay."""
+    system = {"role": "system", "content": "you write tests"}
+    messages = [system, *_long_chat(59)]
+    whole = uds_ollama.chat(model="tiny-fim", messages=messages, options={**GREEDY, "num_predict": 4})
+    assert whole.done and whole.eval_count == 4
+    assert whole.prompt_eval_count is not None and 1024 // 2 < whole.prompt_eval_count <= 1024 - 4
+    # The same conversation cut by hand to what was kept answers the same.
+    for start in range(1, len(messages)):
+        kept = [system, *messages[start:]]
+        again = uds_ollama.chat(model="tiny-fim", messages=kept, options={**GREEDY, "num_predict": 4})
+        if again.prompt_eval_count == whole.prompt_eval_count:
+            assert again.message.content == whole.message.content and messages[start]["role"] == "user"
+            break
+    else:
+        raise AssertionError("no cut of the conversation gave the prompt the daemon read")
+    # truncate: false (the ollama package does not send it; Ollama reads it) is the engine's error.
+    body = {"model": "tiny-fim", "messages": messages, "stream": False, "truncate": False}
+    with daemon.http() as http:
+        refused = http.post("/api/chat", json=body)
+    assert refused.status_code == 400 and "the context holds 1024" in refused.json()["error"]
+    # A latest message too long by itself cannot be cut: the same one-line error.
+    alone = [system, {"role": "user", "content": " ".join(m["content"] for m in messages[1:])}]
+    with pytest.raises(ollama.ResponseError) as info:
+        uds_ollama.chat(model="tiny-fim", messages=alone, options={"num_predict": 4})
+    assert info.value.status_code == 400 and "the context holds 1024" in info.value.error
+
+
 def _pull_error(daemon: Daemon, name: str) -> ollama.ResponseError:
     with daemon.ollama() as client, pytest.raises(ollama.ResponseError) as refused:
         client.pull(name)

@@ -372,6 +372,11 @@ class OllamaChatBody(_OllamaBody):
 
     messages: list[OllamaMessage] = Field(default_factory=list)
     tools: list[Tool] | None = None
+    truncate: bool = Field(
+        True,
+        description="Drop the oldest messages (system messages and the latest kept) where the "
+        "conversation does not fit the context, as Ollama does; false: a clear error instead.",
+    )
 
     def check_supported(self) -> None:
         super().check_supported()

@@ -1,0 +1,64 @@
+"""Ollama's chat truncation rule (server.ollama_context) on plain messages, a token a character."""
+
+from __future__ import annotations
+
+from localspec.server.ollama_context import fit_messages, kept_from, tool_block_start
+from localspec.types import ChatMessage, ToolCall
+
+
+def count(messages: tuple[ChatMessage, ...]) -> int:
+    return sum(len(m.content) for m in messages)
+
+
+def turns(n: int, size: int = 10) -> list[ChatMessage]:
+    return [ChatMessage("user" if i % 2 == 0 else "assistant", str(i % 10) * size) for i in range(n)]
+
+
+CALL = ToolCall(id="call_1", name="read", arguments="{}")
+
+
+def test_a_conversation_that_fits_is_kept_whole() -> None:
+    messages = [ChatMessage("system", "s" * 5), *turns(5)]
+    assert fit_messages(messages, count, 55) == tuple(messages)
+
+
+def test_the_oldest_turns_go_first_and_the_system_message_stays() -> None:
+    messages = [ChatMessage("system", "s" * 5), *turns(9)]  # 95 characters
+    kept = fit_messages(messages, count, 50)
+    assert kept[0] == messages[0] and kept[-1] == messages[-1]
+    assert count(kept) <= 50 and kept[1].role == "user"
+    # The earliest user turn that fits: one more turn back would not.
+    start = messages.index(kept[1])
+    assert count(kept_from(messages, start - 2)) > 50
+    # Whatever the budget, the answer is the longest fitting tail a linear scan (Ollama's) finds.
+    for budget in range(0, 100):
+        linear = next(
+            (kept_from(messages, i) for i in range(1, len(messages)) if messages[i].role == "user"
+             and count(kept_from(messages, i)) <= budget),
+            kept_from(messages, len(messages) - 1),
+        )  # fmt: skip
+        assert fit_messages(messages, count, budget) == (
+            tuple(messages) if count(tuple(messages)) <= budget else linear
+        )
+
+
+def test_the_latest_message_is_kept_even_when_it_alone_does_not_fit() -> None:
+    messages = [ChatMessage("system", "s"), *turns(3), ChatMessage("user", "x" * 100)]
+    assert fit_messages(messages, count, 20) == (messages[0], messages[-1])
+
+
+def test_a_tool_result_keeps_the_call_it_answers() -> None:
+    messages = [
+        ChatMessage("user", "u" * 40),
+        ChatMessage("assistant", "", tool_calls=(CALL,)),
+        ChatMessage("tool", "r" * 10, tool_call_id="call_1"),
+        ChatMessage("tool", "r" * 10, tool_call_id="call_1"),
+    ]
+    assert tool_block_start(messages, 3) == 1 and tool_block_start(messages, 2) == 1
+    assert fit_messages(messages, count, 25) == tuple(messages[1:])
+
+
+def test_system_messages_after_the_cut_stay_where_they_are() -> None:
+    messages = [*turns(4), ChatMessage("system", "late"), ChatMessage("user", "now")]
+    kept = fit_messages(messages, count, 10)
+    assert kept == (messages[4], messages[5])
