@@ -135,6 +135,14 @@ class DaemonError(LocalspecError):
     code = "daemon"
 
 
+class NotSupportedError(LocalspecError):
+    """A route of another server's API that localspec answers with what to do instead."""
+
+    http_status = 501
+    error_type = "invalid_request_error"
+    code = "not_supported"
+
+
 class ForbiddenError(LocalspecError):
     """A request from a place the daemon does not serve (foreign Host or Origin)."""
 

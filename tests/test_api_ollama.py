@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,12 +38,18 @@ def fim_target(tiny_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory, fim_target: Path) -> Iterator[Daemon]:
+def pulled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The daemon's models folder, where /api/pull writes and /api/delete removes."""
+    return tmp_path_factory.mktemp("pulled")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, fim_target: Path, pulled: Path) -> Iterator[Daemon]:
     """Unix socket plus loopback TCP without a token; a Hugging Face endpoint nothing listens on."""
     hf = {
         "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
         "HF_HOME": str(tmp_path_factory.mktemp("hf")),
-        "LOCALSPEC_MODELS": str(tmp_path_factory.mktemp("pulled")),
+        "LOCALSPEC_MODELS": str(pulled),
     }
     d = start_daemon(tmp_path_factory.mktemp("ollama-home"), fim_target, tcp=True, ctx=1024, env=hf)
     yield d
@@ -363,3 +370,82 @@ def test_pull_names(uds_ollama: ollama.Client) -> None:
     with pytest.raises(ollama.ResponseError) as malformed:
         uds_ollama.pull("hf.co/not a repo")
     assert malformed.value.status_code == 400
+
+
+def _tag_names(client: ollama.Client) -> set[str]:
+    return {m.model or "" for m in client.list().models}
+
+
+def _await_listed(client: ollama.Client, name: str) -> None:
+    """Until the catalog's next scan sees a file just written (it rescans at most once a second)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.show(name)
+            return
+        except ollama.ResponseError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_delete_removes_a_model_from_the_models_folder_even_while_loaded(
+    uds_ollama: ollama.Client, pulled: Path
+) -> None:
+    path = tinymodels.write_tiny_model(pulled / "scratch.gguf", seed=3, name="scratch")
+    _await_listed(uds_ollama, "scratch")
+    assert uds_ollama.generate(model="scratch", prompt="hello", options={"num_predict": 2}).done
+    assert "scratch" in {m.model.removesuffix(":latest") for m in uds_ollama.ps().models if m.model}
+    assert uds_ollama.delete("scratch").status == "success"
+    assert not path.exists() and "scratch:latest" not in _tag_names(uds_ollama)
+    deadline = time.monotonic() + 30
+    while any(m.model == "scratch:latest" for m in uds_ollama.ps().models) and time.monotonic() < deadline:
+        time.sleep(0.05)  # unloaded once idle, off the event loop
+    assert all(m.model != "scratch:latest" for m in uds_ollama.ps().models)
+    with pytest.raises(ollama.ResponseError) as gone:
+        uds_ollama.delete("scratch")
+    assert gone.value.status_code == 404
+
+
+def test_delete_removes_every_part_of_a_split_model(uds_ollama: ollama.Client, pulled: Path) -> None:
+    first = tinymodels.write_tiny_model(pulled / "halves.gguf", seed=4, name="halves", split_max_tensors=4)
+    parts = sorted(pulled.glob("halves-*-of-*.gguf"))
+    assert len(parts) > 1 and first == parts[0]
+    _await_listed(uds_ollama, first.stem)
+    assert uds_ollama.delete(first.stem).status == "success"
+    assert not any(p.exists() for p in parts)
+
+
+def test_delete_leaves_what_is_not_the_models_folders_own(
+    uds_ollama: ollama.Client, pulled: Path, tmp_path: Path
+) -> None:
+    outside = tinymodels.write_tiny_model(tmp_path / "elsewhere.gguf", seed=6, name="elsewhere")
+    (pulled / "linked.gguf").symlink_to(outside)
+    try:
+        _await_listed(uds_ollama, "linked")
+        with pytest.raises(ollama.ResponseError) as linked:
+            uds_ollama.delete("linked")
+        assert linked.value.status_code == 400 and "is a link to" in linked.value.error
+        assert outside.exists() and (pulled / "linked.gguf").is_symlink()
+    finally:
+        (pulled / "linked.gguf").unlink()
+    with pytest.raises(ollama.ResponseError) as own:
+        uds_ollama.delete("tiny-fim")  # the model the daemon was started with
+    assert own.value.status_code == 400 and "stop the daemon" in own.value.error
+
+
+def test_create_copy_push_and_blobs_say_what_to_do_instead(uds_ollama: ollama.Client, daemon: Daemon) -> None:
+    with pytest.raises(ollama.ResponseError) as copy:
+        uds_ollama.copy("tiny-fim", "mine")
+    assert (
+        copy.value.status_code == 501 and "copy or link the GGUF into the models folder" in copy.value.error
+    )
+    with pytest.raises(ollama.ResponseError) as create:
+        uds_ollama.create("mine", from_="tiny-fim", system="be brief")
+    assert create.value.status_code == 501 and "localspec pull" in create.value.error
+    with pytest.raises(ollama.ResponseError) as push:
+        uds_ollama.push("tiny-fim")
+    assert push.value.status_code == 501 and "Hugging Face Hub" in push.value.error
+    with daemon.http() as http:
+        blob = http.head("/api/blobs/sha256:" + "0" * 64)
+    assert blob.status_code == 501

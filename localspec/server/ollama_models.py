@@ -1,17 +1,24 @@
-"""Ollama's model routes: `/api/tags`, `/api/show`, `/api/ps`, shaped as Ollama answers them.
+"""Ollama's model routes: `/api/tags`, `/api/show`, `/api/ps`, `/api/delete`, shaped as Ollama answers them.
 
 The daemon serves every model its catalog lists, each loaded on its first request,
 all at one context size: that is what these report, so a client sizes its prompts
 to the served context (`model_info`, `parameters` num_ctx), not to the GGUF's
 trained one. /api/ps lists the loaded models, what each takes by the memory plan,
-and when its keep_alive runs out.
+and when its keep_alive runs out. /api/delete removes a model's files from the models
+folder (what `localspec pull` and /api/pull write), never another program's: Ollama's
+store, the Hugging Face cache and LM Studio's folders keep their own tools. Creating,
+copying and pushing models (Ollama's Modelfiles and registry) have no counterpart in a
+daemon that serves GGUF files as they are: those routes say what to do instead.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,15 +26,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.errors import UserInputError
+from localspec.errors import NotSupportedError, UserInputError
 from localspec.models.gguf_info import read_tokens
+from localspec.models.split import sibling_parts, split_part
 from localspec.paths import Paths
 from localspec.server import ollama_info
 from localspec.server.catalog import ServedModel
 from localspec.server.ollama_template import ollama_template
 from localspec.server.pool import Resident
-from localspec.server.schemas import OllamaShowBody, parse_body
+from localspec.server.schemas import OllamaDeleteBody, OllamaShowBody, parse_body
 from localspec.server.state import ServerState, server_state
+
+log = logging.getLogger("localspec.api")
 
 # Loaded until the daemon stops: Ollama reports keep_alive < 0 models with a far expiry.
 NEVER = "9999-12-31T23:59:59Z"
@@ -149,8 +159,96 @@ async def show(request: Request) -> Response:
     return JSONResponse(await anyio.to_thread.run_sync(_show, state, model))
 
 
+# Where other programs keep the models the catalog also serves, and how they are removed there.
+OWNERS = {
+    "ollama": "is in Ollama's store: remove it with `ollama rm`",
+    "huggingface": "is in the Hugging Face cache: remove it with `hf cache rm`",
+    "lmstudio": "is in LM Studio's folder: remove it in LM Studio",
+    "search-path": "is in a folder given with --search-path: delete the file yourself",
+}
+STARTED_WITH = "is the model this daemon was started with: stop the daemon, then delete its file"
+
+
+def _deletable(model: ServedModel, models_dir: Path) -> list[Path]:
+    """The files deleting `model` removes: the file and any split parts, each a file of its own
+    inside the models folder (none reached through a link: the target is not ours to delete)."""
+    if model.source != "models":
+        where = OWNERS.get(model.source, STARTED_WITH)
+        raise UserInputError(
+            f"{model.name} {where} (localspec deletes only files in its models folder)", param="model"
+        )
+    split = split_part(model.path.name)
+    paths = sibling_parts(model.path, split[1]) if split else [model.path]
+    root = models_dir.resolve()
+    for path in paths:
+        inside = root / path.relative_to(models_dir)
+        if path.is_symlink() or path.resolve() != inside:
+            raise UserInputError(
+                f"{model.name}: {path} is a link to {path.resolve()}; localspec deletes only files it holds "
+                "in its models folder: remove the link yourself",
+                param="model",
+            )
+    return paths
+
+
+def _delete_files(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+async def delete(request: Request) -> Response:
+    """Ollama's DELETE /api/delete: the model's files go now; if loaded, it unloads once idle."""
+    state = server_state(request)
+    body = parse_body(await request.body(), OllamaDeleteBody)
+    name = body.model or body.name
+    if not name:
+        raise UserInputError("model is required", param="model")
+    model = await anyio.to_thread.run_sync(state.catalog.resolve, name)
+    models_dir = Paths.from_env().models_dir
+    paths = await anyio.to_thread.run_sync(_deletable, model, models_dir)
+    await state.pool.unload(model.name)  # a busy model finishes its requests (its file stays mapped)
+    try:
+        await anyio.to_thread.run_sync(_delete_files, paths)
+    except OSError as exc:
+        raise UserInputError(f"cannot delete {model.name}: {exc.strerror or exc}", param="model") from None
+    log.info("deleted %s (%s)", model.name, ", ".join(p.name for p in paths))
+    await anyio.to_thread.run_sync(lambda: state.catalog.models(fresh=True))
+    return Response(status_code=200)
+
+
+def _not_supported(message: str) -> Callable[[Request], Awaitable[Response]]:
+    async def refuse(request: Request) -> Response:
+        folder = Paths.from_env().models_dir
+        raise NotSupportedError(f"{request.method} {request.url.path}: {message.format(folder=folder)}")
+
+    return refuse
+
+
+CREATE = (
+    "localspec serves GGUF files as they are and creates no models: put the GGUF (every part of "
+    "a split one) in the models folder ({folder}) or `localspec pull OWNER/REPO`; it is listed at once"
+)
+
 ROUTES = [
     Route("/api/tags", tags, methods=["GET"]),
     Route("/api/show", show, methods=["POST"]),
     Route("/api/ps", ps, methods=["GET"]),
+    Route("/api/delete", delete, methods=["DELETE"]),
+    Route("/api/create", _not_supported(CREATE), methods=["POST"]),
+    Route("/api/blobs/{digest}", _not_supported(CREATE), methods=["HEAD", "POST"]),
+    Route(
+        "/api/copy",
+        _not_supported(
+            "localspec names each model after its file and keeps no copies: copy or link the GGUF "
+            "into the models folder ({folder}) under the new name"
+        ),
+        methods=["POST"],
+    ),
+    Route(
+        "/api/push",
+        _not_supported(
+            "localspec publishes no models: upload the GGUF to the Hugging Face Hub (`hf upload`)"
+        ),
+        methods=["POST"],
+    ),
 ]

@@ -24,7 +24,8 @@ from localspec.server.schemas_llamaserver import (
 )
 from localspec.server.schemas_responses import ResponsesBody
 
-# /api/pull is left out: it downloads, and the schema drives a fuzzer.
+# /api/pull and /api/delete are left out: one downloads, the other deletes files, and the schema
+# drives a fuzzer. So are the routes that only say what to do instead (/api/create, ...).
 REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/chat/completions"): ChatCompletionBody,
     ("post", "/v1/completions"): CompletionBody,

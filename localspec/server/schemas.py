@@ -415,6 +415,10 @@ class OllamaShowBody(_Body):
     name: str | None = None
 
 
+class OllamaDeleteBody(OllamaShowBody):
+    """DELETE /api/delete; `name` is the older spelling of `model`."""
+
+
 def parse_body(raw: bytes, model: type[M]) -> M:
     """Validate a JSON body; malformed JSON and bad fields become UserInputError (400)."""
     try:
