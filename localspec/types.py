@@ -174,6 +174,11 @@ class GenerationRequest:
     # log-probability after the tokens before it, with this many alternatives. The whole prompt is
     # read again for it (a cached prefix has no logits left); None: not asked.
     prompt_logprobs: int | None = None
+    # A chat whose prompt and reply would not fit the context drops its oldest messages first, the
+    # system messages and the latest kept (Ollama's /api/chat `truncate`; server.truncation), and
+    # `dropped_messages` says how many went (reported in the stats).
+    truncate: bool = False
+    dropped_messages: int = 0
 
 
 @dataclass
@@ -215,6 +220,8 @@ class GenerationStats:
     # order (OpenAI's accepted_prediction_tokens; the rest are its rejected ones).
     prediction_tokens: int = 0
     prediction_accepted: int = 0
+    # The chat's oldest messages left out to fit the context (GenerationRequest.truncate).
+    dropped_messages: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

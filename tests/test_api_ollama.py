@@ -12,8 +12,10 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import ollama
+import openai
 import pytest
 import tinymodels
 from daemonproc import Daemon, free_port, start_daemon
@@ -319,25 +321,48 @@ def test_a_chat_longer_than_the_context_drops_its_oldest_messages(
     whole = uds_ollama.chat(model="tiny-fim", messages=messages, options={**GREEDY, "num_predict": 4})
     assert whole.done and whole.eval_count == 4
     assert whole.prompt_eval_count is not None and 1024 // 2 < whole.prompt_eval_count <= 1024 - 4
-    # The same conversation cut by hand to what was kept answers the same.
-    for start in range(1, len(messages)):
-        kept = [system, *messages[start:]]
-        again = uds_ollama.chat(model="tiny-fim", messages=kept, options={**GREEDY, "num_predict": 4})
-        if again.prompt_eval_count == whole.prompt_eval_count:
-            assert again.message.content == whole.message.content and messages[start]["role"] == "user"
-            break
-    else:
-        raise AssertionError("no cut of the conversation gave the prompt the daemon read")
-    # truncate: false (the ollama package does not send it; Ollama reads it) is the engine's error.
-    body = {"model": "tiny-fim", "messages": messages, "stream": False, "truncate": False}
+    # Cut by hand (truncate off), the first cut at a user turn that leaves the reply its room is
+    # the prompt the daemon read, and answers the same.
+    body: dict[str, Any] = {"model": "tiny-fim", "stream": False, "truncate": False, "options": GREEDY}
     with daemon.http() as http:
-        refused = http.post("/api/chat", json=body)
+        for start in range(1, len(messages), 2):  # the user turns
+            cut = {**body, "messages": [system, *messages[start:]], "options": {**GREEDY, "num_predict": 4}}
+            again = http.post("/api/chat", json=cut)
+            if again.status_code == 200 and again.json()["prompt_eval_count"] <= 1024 - 4:
+                break
+        else:
+            raise AssertionError("no cut of the conversation fits")
+    assert messages[start]["role"] == "user" and start > 1
+    assert again.json()["prompt_eval_count"] == whole.prompt_eval_count
+    assert again.json()["message"]["content"] == whole.message.content
+    # The raw body says how many went (the ollama package drops fields it does not know).
+    body = {"model": "tiny-fim", "messages": messages, "stream": False}
+    with daemon.http() as http:
+        stats = http.post("/api/chat", json={**body, "options": {"num_predict": 4}}).json()["localspec"]
+        assert stats["dropped_messages"] == start - 1 and stats["prompt_tokens"] == whole.prompt_eval_count
+        # truncate: false (the ollama package does not send it; Ollama reads it) is the engine's error.
+        refused = http.post("/api/chat", json={**body, "truncate": False})
     assert refused.status_code == 400 and "the context holds 1024" in refused.json()["error"]
     # A latest message too long by itself cannot be cut: the same one-line error.
     alone = [system, {"role": "user", "content": " ".join(m["content"] for m in messages[1:])}]
     with pytest.raises(ollama.ResponseError) as info:
         uds_ollama.chat(model="tiny-fim", messages=alone, options={"num_predict": 4})
     assert info.value.status_code == 400 and "the context holds 1024" in info.value.error
+
+
+def test_openai_chat_truncates_only_when_asked(daemon: Daemon) -> None:
+    """OpenAI's chat refuses a prompt past the context; localspec's `truncate` cuts it as Ollama does."""
+    messages: list[Any] = [{"role": "system", "content": "you write tests"}, *_long_chat(59)]
+    with daemon.openai(max_retries=0) as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="tiny-fim", messages=messages, max_tokens=4)
+        assert "the context holds 1024" in str(refused.value)
+        cut = client.chat.completions.create(
+            model="tiny-fim", messages=messages, max_tokens=4, temperature=0, extra_body={"truncate": True}
+        )
+    extra = cut.model_extra or {}
+    assert cut.usage is not None and cut.usage.prompt_tokens <= 1024 - 4
+    assert extra["localspec"]["dropped_messages"] > 0
 
 
 def _pull_error(daemon: Daemon, name: str) -> ollama.ResponseError:

@@ -276,6 +276,28 @@ async def test_resume_a_saved_chat_by_id_and_from_the_list(
         assert len(picker_app.query(MessageView)) == 5
 
 
+async def test_a_chat_past_the_context_goes_on_without_its_oldest_messages(
+    new_app: Callable[..., ChatApp], store: ChatStore
+) -> None:
+    """As `ollama run` does: the daemon leaves out the oldest turns, and the person is told."""
+    chat = Chat.new("be brief")
+    turn = " ".join(["the model reads the file and writes the test"] * 250)  # ~2,500 tokens
+    for i in range(8):
+        chat.messages.append(ChatMessage("user" if i % 2 == 0 else "assistant", f"{i} {turn}"))
+    store.save(chat)
+    app = new_app(resume=chat.id, max_tokens=8)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        await type_and_send(pilot, "and now")
+        await wait_until(pilot, lambda: len(app.chat.messages) == 10 and not app.generating, timeout=60)
+        final = app.last_live.final if app.last_live is not None else None
+        assert final is not None and final.dropped_messages > 0
+        assert final.prompt_tokens <= LONG_CTX - 8
+        shown = [n.message for n in app._notifications]
+        assert any(f"the {final.dropped_messages} oldest messages no longer fit" in m for m in shown), shown
+    assert len(store.load(chat.id).messages) == 10  # the saved chat keeps every message
+
+
 async def test_new_chat_system_prompt_and_help(new_app: Callable[..., ChatApp]) -> None:
     app = new_app(max_tokens=8)
     async with app.run_test(size=SIZE) as pilot:

@@ -227,7 +227,9 @@ class ChatApp(App[None]):
         worker = get_current_worker()
         client = self.connection.client
         client.model = self.model or DEFAULT_MODEL
-        events = client.chat_stream(messages, max_tokens=self.max_tokens, speculative=spec, abort=reply.abort)
+        events = client.chat_stream(
+            messages, max_tokens=self.max_tokens, speculative=spec, abort=reply.abort, truncate=True
+        )
         read_stream(events, reply.id, reply.buffer, self.post_message, lambda: worker.is_cancelled)
 
     async def on_reply_chunks(self, message: ReplyChunks) -> None:
@@ -238,7 +240,15 @@ class ChatApp(App[None]):
         if self.reply is not None and self.reply.id == message.reply_id:
             await self.reply.take()
             self.reply.live.finish(message.result.stats)
+            dropped = message.result.stats.dropped_messages
             await self._end_reply(None)
+            if dropped:
+                # A long chat goes on as Ollama's does; the person should know what the model no longer saw.
+                self.notify(
+                    f"the {dropped} oldest messages no longer fit the context: the model did not see them",
+                    title="context",
+                    timeout=10,
+                )
 
     async def on_reply_failed(self, message: ReplyFailed) -> None:
         if self.reply is None or self.reply.id != message.reply_id:

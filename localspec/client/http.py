@@ -257,9 +257,12 @@ class Client:
         stop: Sequence[str] = (),
         speculative: SpecParams | None = None,
         abort: StreamAbort | None = None,
+        truncate: bool = False,
     ) -> EventStream:
+        """`truncate`: where the conversation does not fit the context, its oldest messages are left
+        out (the result's stats.dropped_messages says how many), as Ollama's chat does."""
         request = _build(tuple(messages), None, None, max_tokens, sampling, stop, speculative)
-        return self.stream(request, abort)
+        return self.stream(dataclasses.replace(request, truncate=truncate), abort)
 
     def chat(
         self,
@@ -340,6 +343,8 @@ def _request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str
     }
     if request.messages:
         body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+        if request.truncate:
+            body["truncate"] = True
         return "/v1/chat/completions", body
     body["prompt"] = request.prompt or ""
     if request.suffix is not None:

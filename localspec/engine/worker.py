@@ -480,6 +480,7 @@ class Engine:
             scored=scored,
         )
         gen.stats.fallback_reason = reason
+        gen.stats.dropped_messages = req.dropped_messages
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
         for chunk in gen.run():
             out = chunk if calls is None else replace(chunk, text=calls.push(chunk.text))

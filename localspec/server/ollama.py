@@ -6,7 +6,6 @@ streams unless the body says `"stream": false`. Durations are nanoseconds.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +18,6 @@ from starlette.routing import Route
 from localspec.errors import LocalspecError
 from localspec.keepalive import parse_keep_alive
 from localspec.server.logprobs import chat_entries
-from localspec.server.ollama_context import truncated
 from localspec.server.pool import DEFAULT
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import (
@@ -33,8 +31,6 @@ from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import ollama_tool_calls
 from localspec.types import GenerationResult, GenerationStats, TokenChunk, TokenLogprob
-
-log = logging.getLogger("localspec.api")
 
 # Plugins gate features on Ollama's version; this is the API level the routes here follow.
 OLLAMA_COMPAT_VERSION = "0.9.0"
@@ -150,13 +146,6 @@ async def chat(request: Request) -> Response:
     if not body.messages:
         return JSONResponse(_loaded(model, {"message": {"role": "assistant", "content": ""}}))
     greq = ollama_chat_request(body, state.spec_default, state.unlimited)
-    if body.truncate:
-        n_ctx = min(body.options.num_ctx or state.unlimited, state.unlimited)
-        fitted = await anyio.to_thread.run_sync(truncated, greq, state.engine.count_prompt_tokens, n_ctx)
-        dropped = len(greq.messages) - len(fitted.messages)
-        if dropped:
-            log.info("%s: dropped the conversation's %d oldest messages to fit the context", model, dropped)
-        greq = fitted
     return await respond(
         await state.start(request, greq, body.stream),
         body.stream,

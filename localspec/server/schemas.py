@@ -234,6 +234,12 @@ class ChatCompletionBody(_OpenAISampling):
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="The most probable tokens beside each (with logprobs)."
     )
+    truncate: bool = Field(
+        False,
+        description="localspec's: drop the oldest messages (system messages and the latest kept) where "
+        "the conversation does not fit the context, as Ollama's /api/chat does; the count is in "
+        "localspec.dropped_messages. Off: a prompt past the context is an error, as OpenAI's is.",
+    )
 
     def logprobs_asked(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
@@ -469,6 +475,7 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         json_schema=body.response_format.output_schema() if body.response_format else None,
         logprobs=body.logprobs_asked(),
         prediction=body.prediction.text() if body.prediction else None,
+        truncate=body.truncate,
     )
 
 
@@ -508,6 +515,7 @@ def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) 
         tools=tool_specs(body.tools),
         json_schema=ollama_format_schema(body.format),
         logprobs=body.logprobs_asked(),
+        truncate=body.truncate,
     )
 
 

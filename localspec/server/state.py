@@ -13,6 +13,7 @@ stops that generation within one step.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from dataclasses import asdict
@@ -31,10 +32,13 @@ from localspec.server.catalog import ModelCatalog
 from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
 from localspec.server.pool import DEFAULT, ModelPool, Resident
+from localspec.server.truncation import truncated
 from localspec.types import GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
 if TYPE_CHECKING:
     from localspec.engine.embedding import EmbeddingModel
+
+log = logging.getLogger("localspec.api")
 
 # Where a request's scope keeps the models it uses, released when its response ends (app.CountRequests).
 LEASES = "localspec.leases"
@@ -246,6 +250,14 @@ class ModelState:
         server = self.server
         if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
+        if greq.truncate and greq.messages:
+            greq = await asyncio.to_thread(truncated, greq, self.engine.count_prompt_tokens, self.unlimited)
+            if greq.dropped_messages:
+                log.info(
+                    "%s: left out the %d oldest messages to fit the context",
+                    self.model_name,
+                    greq.dropped_messages,
+                )
         # The chat template runs off the event loop and off the engine thread, within its budget.
         greq = await asyncio.to_thread(self.engine.prepare, greq)
         if server.shutting_down:

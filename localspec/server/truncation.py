@@ -1,4 +1,4 @@
-"""Ollama's chat truncation: a conversation longer than the context drops its oldest messages.
+"""A conversation longer than the context drops its oldest messages, as Ollama's chat does.
 
 Ollama's /api/chat (server/prompt.go, chatPrompt) keeps a long conversation going: unless the
 request says `truncate: false`, it drops messages from the front until the rendered prompt fits
@@ -6,7 +6,8 @@ the context, always keeping the system messages and the latest message, and neve
 tool result without the assistant turn that called the tool. Here the kept part also opens
 with a user turn or a tool-calling assistant turn, which every chat template accepts. Chat
 front ends built on it (Open WebUI, Enchanted, ...) send the whole history every turn and
-rely on this.
+rely on this. Here it is GenerationRequest.truncate: on by default for /api/chat, asked for on
+/v1/chat/completions with localspec's `truncate` (as `localspec chat` does).
 
 Ollama then shifts the context while it generates; localspec's engine does not, so the prompt is
 cut to leave the reply room: its max_tokens, at most a quarter of the context. A conversation
@@ -78,7 +79,9 @@ def _opens(message: ChatMessage) -> bool:
 def truncated(
     request: GenerationRequest, count: Callable[[GenerationRequest], int], n_ctx: int
 ) -> GenerationRequest:
-    """`request` with its oldest messages dropped where its prompt and reply would not fit `n_ctx`."""
+    """`request` with its oldest messages dropped where its prompt and reply would not fit `n_ctx`,
+    and how many in `dropped_messages`."""
     budget = n_ctx - min(request.max_tokens, n_ctx // REPLY_SHARE)
     kept = fit_messages(request.messages, lambda m: count(replace(request, messages=m)), budget)
-    return request if len(kept) == len(request.messages) else replace(request, messages=kept)
+    dropped = len(request.messages) - len(kept)
+    return replace(request, messages=kept, dropped_messages=dropped) if dropped else request

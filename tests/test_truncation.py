@@ -1,8 +1,8 @@
-"""Ollama's chat truncation rule (server.ollama_context) on plain messages, a token a character."""
+"""The chat truncation rule (server.truncation) on plain messages, a token a character."""
 
 from __future__ import annotations
 
-from localspec.server.ollama_context import fit_messages, kept_from, tool_block_start
+from localspec.server.truncation import fit_messages, kept_from, tool_block_start
 from localspec.types import ChatMessage, ToolCall
 
 
