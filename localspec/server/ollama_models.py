@@ -151,10 +151,7 @@ def _show(state: ServerState, model: ServedModel) -> dict[str, Any]:
 async def show(request: Request) -> Response:
     """What a served model is, from its header: it need not be loaded."""
     state = server_state(request)
-    body = parse_body(await request.body(), OllamaShowBody)
-    name = body.model or body.name
-    if not name:
-        raise UserInputError("model is required", param="model")
+    name = parse_body(await request.body(), OllamaShowBody).named()
     model = await anyio.to_thread.run_sync(state.catalog.resolve, name)
     return JSONResponse(await anyio.to_thread.run_sync(_show, state, model))
 
@@ -199,10 +196,7 @@ def _delete_files(paths: list[Path]) -> None:
 async def delete(request: Request) -> Response:
     """Ollama's DELETE /api/delete: the model's files go now; if loaded, it unloads once idle."""
     state = server_state(request)
-    body = parse_body(await request.body(), OllamaDeleteBody)
-    name = body.model or body.name
-    if not name:
-        raise UserInputError("model is required", param="model")
+    name = parse_body(await request.body(), OllamaDeleteBody).named()
     model = await anyio.to_thread.run_sync(state.catalog.resolve, name)
     models_dir = Paths.from_env().models_dir
     paths = await anyio.to_thread.run_sync(_deletable, model, models_dir)

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from localspec.errors import LocalspecError, ModelNotFoundError, UserInputError
 from localspec.models import hub
 from localspec.server.responses import json_bytes
-from localspec.server.schemas import _Body, parse_body
+from localspec.server.schemas import OllamaNamedBody, parse_body
 from localspec.server.state import server_state
 
 log = logging.getLogger("localspec.api")
@@ -33,11 +33,9 @@ HUB_HOSTS = ("hf.co/", "huggingface.co/")
 Emit = Callable[[dict[str, Any]], None]
 
 
-class OllamaPullBody(_Body):
-    """POST /api/pull; `name` is the older spelling of `model`."""
+class OllamaPullBody(OllamaNamedBody):
+    """POST /api/pull."""
 
-    model: str | None = None
-    name: str | None = None
     insecure: bool = False
     stream: bool = Field(True, description="Ollama streams unless told not to.")
 
@@ -94,9 +92,7 @@ async def _stream(name: str) -> AsyncIterator[bytes]:
 async def pull(request: Request) -> Response:
     state = server_state(request)
     body = parse_body(await request.body(), OllamaPullBody)
-    name = body.model or body.name
-    if not name:
-        raise UserInputError("model is required", param="model")
+    name = body.named()
     if "/" not in name:
         try:
             await anyio.to_thread.run_sync(state.catalog.resolve, name)

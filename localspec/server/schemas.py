@@ -414,15 +414,25 @@ class OllamaGenerateBody(_OllamaBody):
             )
 
 
-class OllamaShowBody(_Body):
-    """POST /api/show; `name` is the older spelling of `model`."""
+class OllamaNamedBody(_Body):
+    """A body naming one model; `name` is Ollama's older spelling of `model`."""
 
     model: str | None = None
     name: str | None = None
 
+    def named(self) -> str:
+        name = self.model or self.name
+        if not name:
+            raise UserInputError("model is required", param="model")
+        return name
 
-class OllamaDeleteBody(OllamaShowBody):
-    """DELETE /api/delete; `name` is the older spelling of `model`."""
+
+class OllamaShowBody(OllamaNamedBody):
+    """POST /api/show."""
+
+
+class OllamaDeleteBody(OllamaNamedBody):
+    """DELETE /api/delete."""
 
 
 def parse_body(raw: bytes, model: type[M]) -> M:
