@@ -60,15 +60,27 @@ class ContextOverflowError(UserInputError):
     """A prompt (plus requested tokens) longer than the context window."""
 
     code = "context_length_exceeded"
+    hint = "shorten the prompt or raise the context size (--ctx)"
 
     def __init__(self, n_prompt: int, n_ctx: int) -> None:
         super().__init__(
-            f"prompt is {n_prompt} tokens but the context holds {n_ctx}; "
-            "shorten the prompt or raise the context size (--ctx)",
-            param="messages",
+            f"prompt is {n_prompt} tokens but the context holds {n_ctx}; {self.hint}", param="messages"
         )
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
+
+    def in_words_of(self, api: str) -> str:
+        """The message as `api`'s own servers word it, which its clients look for: Claude Code
+        compacts a conversation on Anthropic's "prompt is too long: N tokens > M maximum" (and reads
+        the numbers), LiteLLM and the agents on it know OpenAI's "maximum context length is"."""
+        if api == "anthropic":
+            return f"prompt is too long: {self.n_prompt} tokens > {self.n_ctx} maximum; {self.hint}"
+        if api == "openai":
+            return (
+                f"This model's maximum context length is {self.n_ctx} tokens. However, your prompt "
+                f"resulted in {self.n_prompt} tokens; {self.hint}"
+            )
+        return self.message
 
 
 class ModelNotFoundError(LocalspecError):

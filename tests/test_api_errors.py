@@ -128,8 +128,20 @@ def test_context_overflow_is_400_with_both_counts(http: httpx.Client) -> None:
     body = {"model": "tiny-target", "messages": [{"role": "user", "content": long}], "stream": True}
     error = _openai_error(http.post(CHAT_PATH, json=body), 400)  # before the stream starts: a real status
     assert error["code"] == "context_length_exceeded"
-    n_prompt, n_ctx = map(int, re.findall(r"\d+", error["message"])[:2])
-    assert n_prompt > n_ctx == 256
+    # In OpenAI's words (LiteLLM and the agents on it look for them), and Anthropic's (Claude Code
+    # compacts the conversation on them, reading both counts).
+    openai_words = (
+        r"^This model's maximum context length is (\d+) tokens\. However, your prompt resulted in (\d+)"
+    )
+    n_ctx, n_prompt = map(int, re.findall(openai_words, error["message"])[0])
+    assert n_prompt > n_ctx == 256 and "--ctx" in error["message"]
+    messages = {"model": "tiny-target", "max_tokens": 8, "messages": [{"role": "user", "content": long}]}
+    anthropic = http.post("/v1/messages", json=messages)
+    assert anthropic.status_code == 400 and anthropic.json()["error"]["type"] == "invalid_request_error"
+    found = re.findall(
+        r"^prompt is too long: (\d+) tokens > (\d+) maximum", anthropic.json()["error"]["message"]
+    )
+    assert found and int(found[0][0]) > int(found[0][1]) == 256
     ollama = http.post("/api/generate", json={"model": "tiny-target", "prompt": long, "stream": False})
     assert ollama.status_code == 400 and "256" in ollama.json()["error"]
 

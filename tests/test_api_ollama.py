@@ -356,7 +356,7 @@ def test_openai_chat_truncates_only_when_asked(daemon: Daemon) -> None:
     with daemon.openai(max_retries=0) as client:
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(model="tiny-fim", messages=messages, max_tokens=4)
-        assert "the context holds 1024" in str(refused.value)
+        assert "maximum context length is 1024 tokens" in str(refused.value)
         cut = client.chat.completions.create(
             model="tiny-fim", messages=messages, max_tokens=4, temperature=0, extra_body={"truncate": True}
         )

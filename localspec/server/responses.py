@@ -7,13 +7,18 @@ from typing import Any, Literal
 
 from starlette.responses import JSONResponse
 
-from localspec.errors import LocalspecError, OverloadedError
+from localspec.errors import ContextOverflowError, LocalspecError, OverloadedError
 from localspec.server.config import RETRY_AFTER_S
 from localspec.types import GenerationResult, GenerationStats
 
 
+def _message(exc: LocalspecError, api: str) -> str:
+    return exc.in_words_of(api) if isinstance(exc, ContextOverflowError) else exc.message
+
+
 def openai_error_body(exc: LocalspecError) -> dict[str, Any]:
-    return {"error": {"message": exc.message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
+    message = _message(exc, "openai")
+    return {"error": {"message": message, "type": exc.error_type, "param": exc.param, "code": exc.code}}
 
 
 Api = Literal["openai", "ollama", "anthropic"]
@@ -32,7 +37,7 @@ _ANTHROPIC_TYPES = {
 
 def anthropic_error_body(exc: LocalspecError) -> dict[str, Any]:
     kind = _ANTHROPIC_TYPES.get(exc.http_status, "api_error")
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+    return {"type": "error", "error": {"type": kind, "message": _message(exc, "anthropic")}}
 
 
 def error_body(exc: LocalspecError, api: Api) -> dict[str, Any]:
