@@ -70,9 +70,9 @@ class ContextOverflowError(UserInputError):
         self.n_ctx = n_ctx
 
     def in_words_of(self, api: str) -> str:
-        """The message as `api`'s own servers word it, which its clients look for: Claude Code
-        compacts a conversation on Anthropic's "prompt is too long: N tokens > M maximum" (and reads
-        the numbers), LiteLLM and the agents on it know OpenAI's "maximum context length is"."""
+        """The message as `api`'s own servers word it, which its clients look for: agents on
+        Anthropic's API (Claude Code among them) recognise a full context by "prompt is too long:
+        N tokens > M maximum", LiteLLM and the agents on it by OpenAI's "maximum context length is"."""
         if api == "anthropic":
             return f"prompt is too long: {self.n_prompt} tokens > {self.n_ctx} maximum; {self.hint}"
         if api == "openai":

@@ -128,8 +128,8 @@ def test_context_overflow_is_400_with_both_counts(http: httpx.Client) -> None:
     body = {"model": "tiny-target", "messages": [{"role": "user", "content": long}], "stream": True}
     error = _openai_error(http.post(CHAT_PATH, json=body), 400)  # before the stream starts: a real status
     assert error["code"] == "context_length_exceeded"
-    # In OpenAI's words (LiteLLM and the agents on it look for them), and Anthropic's (Claude Code
-    # compacts the conversation on them, reading both counts).
+    # In OpenAI's words (LiteLLM and the agents on it look for them), and Anthropic's (agents on
+    # its API recognise a full context by them).
     openai_words = (
         r"^This model's maximum context length is (\d+) tokens\. However, your prompt resulted in (\d+)"
     )
