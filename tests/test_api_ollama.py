@@ -190,6 +190,31 @@ def test_generate_context_carries_the_exchange_into_the_next_request(
         assert bad.status_code == 400 and "context token 0 is 10000000" in bad.json()["error"]
 
 
+def test_a_context_grown_past_the_window_loses_its_oldest_tokens(
+    tcp_ollama: ollama.Client, daemon: Daemon
+) -> None:
+    """A conversation kept in `context` outgrows the context window: Ollama cuts the oldest tokens
+    (after the first), and so does localspec; `truncate: false` gets the error."""
+    first = tcp_ollama.generate(model="tiny-fim", prompt="one two", options={**GREEDY, "num_predict": 6})
+    exchange = list(first.context or [])
+    grown = exchange * (1100 // len(exchange) + 1)  # past the 1,024-token context with the prompt
+    options = {**GREEDY, "num_predict": 4}
+    reply = tcp_ollama.generate(model="tiny-fim", prompt="three", context=grown, options=options)
+    assert reply.prompt_eval_count is not None and 1024 // 2 < reply.prompt_eval_count <= 1024 - 4
+    # The prompt's own tokens, as read after a context that fits.
+    short = tcp_ollama.generate(model="tiny-fim", prompt="three", context=exchange, options=options)
+    assert short.prompt_eval_count is not None
+    own = list(short.context or [])[len(exchange) : short.prompt_eval_count]
+    kept = reply.prompt_eval_count - len(own)  # of the context: its first token and its latest
+    assert 1 < kept < len(grown)
+    read = list(reply.context or [])
+    assert read[:kept] == [grown[0], *grown[len(grown) - kept + 1 :]] and read[kept : kept + len(own)] == own
+    body = {"model": "tiny-fim", "prompt": "three", "context": grown, "stream": False, "options": options}
+    with daemon.tcp_http() as http:
+        refused = http.post("/api/generate", json={**body, "truncate": False})
+    assert refused.status_code == 400 and "the context holds 1024" in refused.json()["error"]
+
+
 def test_generate_streams_ndjson_by_default(daemon: Daemon) -> None:
     body = {"model": "tiny-fim", "prompt": "hello", "options": {"num_predict": 5, **GREEDY}}
     with daemon.http() as http, http.stream("POST", "/api/generate", json=body) as response:

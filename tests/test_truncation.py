@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from localspec.server.truncation import fit_messages, kept_from, tool_block_start
-from localspec.types import ChatMessage, ToolCall
+from localspec.server.truncation import fit_context, fit_messages, kept_from, tool_block_start
+from localspec.types import ChatMessage, GenerationRequest, ToolCall
 
 
 def count(messages: tuple[ChatMessage, ...]) -> int:
@@ -62,3 +62,10 @@ def test_system_messages_after_the_cut_stay_where_they_are() -> None:
     messages = [*turns(4), ChatMessage("system", "late"), ChatMessage("user", "now")]
     kept = fit_messages(messages, count, 10)
     assert kept == (messages[4], messages[5])
+
+
+def test_a_context_too_long_keeps_its_first_token_and_its_latest() -> None:
+    request = GenerationRequest(prompt="next", context_ids=tuple(range(10)))
+    assert fit_context(request, 0) is request
+    assert fit_context(request, 3).context_ids == (0, 4, 5, 6, 7, 8, 9)
+    assert fit_context(request, 9).context_ids == ()  # nothing of it is worth keeping

@@ -401,6 +401,11 @@ class OllamaGenerateBody(_OllamaBody):
     context: list[StrictInt] | None = Field(
         None, description="An earlier reply's `context`: that exchange's tokens, read before this prompt."
     )
+    truncate: bool = Field(
+        True,
+        description="Leave out the context's oldest tokens where it and the prompt do not fit, as "
+        "Ollama does; false: a clear error instead.",
+    )
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -542,6 +547,7 @@ def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimite
         "json_schema": ollama_format_schema(body.format),
         "logprobs": body.logprobs_asked(),
         "context_ids": tuple(body.context or ()),
+        "truncate": body.truncate,
     }
     if body.suffix:
         return GenerationRequest(prompt=prompt, suffix=body.suffix, **common)

@@ -250,7 +250,7 @@ class ModelState:
         server = self.server
         if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
-        if greq.truncate and greq.messages:
+        if greq.truncate and (greq.messages or greq.context_ids):
             greq = await asyncio.to_thread(truncated, greq, self.engine.count_prompt_tokens, self.unlimited)
             if greq.dropped_messages:
                 log.info(

@@ -80,8 +80,22 @@ def truncated(
     request: GenerationRequest, count: Callable[[GenerationRequest], int], n_ctx: int
 ) -> GenerationRequest:
     """`request` with its oldest messages dropped where its prompt and reply would not fit `n_ctx`,
-    and how many in `dropped_messages`."""
+    and how many in `dropped_messages`; or, for Ollama's /api/generate with an earlier exchange's
+    `context`, that context's oldest tokens (after its first: `fit_context`)."""
     budget = n_ctx - min(request.max_tokens, n_ctx // REPLY_SHARE)
+    if request.context_ids:  # /api/generate: its messages are a system prompt and the prompt
+        return fit_context(request, count(request) - budget)
     kept = fit_messages(request.messages, lambda m: count(replace(request, messages=m)), budget)
     dropped = len(request.messages) - len(kept)
     return replace(request, messages=kept, dropped_messages=dropped) if dropped else request
+
+
+def fit_context(request: GenerationRequest, over: int) -> GenerationRequest:
+    """`request` with `over` tokens of its `context` left out after the first, as Ollama's runner cuts
+    an input past the context (it keeps the first few, num_keep, and the latest); all of them where
+    that is not enough (the prompt alone may still not fit: the engine's error then)."""
+    context = request.context_ids
+    if over <= 0:
+        return request
+    kept = context[:1] + context[1 + over :] if over < len(context) - 1 else ()
+    return replace(request, context_ids=kept)
