@@ -30,7 +30,7 @@ from localspec.cli import cli
 from localspec.cli.models import format_bytes, format_params
 from localspec.errors import DownloadError, UserInputError
 from localspec.models.gguf_info import read_gguf_info
-from localspec.models.hub import choose_gguf, parse_spec, pull, unreachable
+from localspec.models.hub import bypasses_proxy, choose_gguf, parse_spec, pull, unreachable
 
 COMMIT = "a" * 40
 REPO = "acme/Tiny-GGUF"
@@ -259,11 +259,35 @@ def test_reachability_is_left_to_the_hub_behind_a_proxy_or_offline(monkeypatch: 
     monkeypatch.delenv("HTTP_PROXY")
     monkeypatch.setenv("ALL_PROXY", "socks5://proxy.localspec-test.invalid:1080")
     assert unreachable(endpoint) is None
+    # NO_PROXY sends the endpoint past the proxy: the hub's client connects to it, and so does the check.
+    monkeypatch.setenv("NO_PROXY", "localhost, 127.0.0.1")
+    assert "Connection refused" in (unreachable(endpoint) or "")
+    monkeypatch.setenv("NO_PROXY", "hub.example")
+    assert unreachable(endpoint) is None
     monkeypatch.delenv("ALL_PROXY")
+    monkeypatch.delenv("NO_PROXY")
     # Offline, the hub answers from its cache without connecting, with its own error.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert unreachable(endpoint) is None
     assert unreachable("not a url") is None
+
+
+@pytest.mark.parametrize(
+    ("host", "no_proxy", "bypassed"),
+    [
+        ("huggingface.co", "*", True),
+        ("huggingface.co", "localhost,huggingface.co", True),
+        ("cdn.huggingface.co", "huggingface.co", True),
+        ("cdn.huggingface.co", ".huggingface.co", True),
+        ("huggingface.co", ".huggingface.co", False),  # httpx keeps the proxy for it, urllib not
+        ("nothuggingface.co", "huggingface.co", False),
+        ("10.1.2.3", "10.0.0.0/8", False),  # a range: read differently
+        ("huggingface.co", "huggingface.co:443", False),
+        ("huggingface.co", "", False),
+    ],
+)
+def test_no_proxy_is_read_only_where_httpx_and_urllib_agree(host: str, no_proxy: str, bypassed: bool) -> None:
+    assert bypasses_proxy(host, no_proxy) == bypassed
 
 
 def _cli_pull(

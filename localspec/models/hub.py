@@ -162,9 +162,9 @@ def unreachable(endpoint: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
     if not host or parts.scheme not in ("http", "https") or _offline():
         return None
     # With a proxy set for the scheme (the hub's client, httpx, reads them from the environment as
-    # here), it connects to the proxy, which alone can tell. NO_PROXY is not read: no check then.
+    # here), it connects to the proxy, which alone can tell, unless NO_PROXY sends the host past it.
     proxies = urllib.request.getproxies_environment()
-    if parts.scheme in proxies or "all" in proxies:
+    if (parts.scheme in proxies or "all" in proxies) and not bypasses_proxy(host, proxies.get("no", "")):
         return None
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -174,6 +174,25 @@ def unreachable(endpoint: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
         return f"no answer within {timeout:g} s"
     except (OSError, ValueError) as exc:  # ValueError: a port out of range
         return str(exc) or type(exc).__name__
+
+
+def bypasses_proxy(host: str, no_proxy: str) -> bool:
+    """Whether `no_proxy` (NO_PROXY's value) sends `host` past the proxy as both httpx and urllib
+    read it: `*`, the host itself, a domain it is in (`example.com`: the domain and its hosts), or a
+    `.example.com` the host is below. Where the two differ (`.example.com` for example.com itself,
+    address ranges, ports) it says no: the check is then left to the hub's client."""
+    host = host.lower().rstrip(".")
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if entry == "*":
+            return True
+        if not entry or any(c in entry for c in "/:[]"):
+            continue
+        if entry.startswith("."):
+            if host.endswith(entry):
+                return True
+        elif host == entry or host.endswith("." + entry):
+            return True
+    return False
 
 
 def _offline() -> bool:
