@@ -178,7 +178,7 @@ def _deletable(model: ServedModel, models_dir: Path) -> list[Path]:
     paths = sibling_parts(model.path, split[1]) if split else [model.path]
     root = models_dir.resolve()
     for path in paths:
-        inside = root / path.relative_to(models_dir)
+        inside = root / path.relative_to(models_dir) if path.is_relative_to(models_dir) else None
         if path.is_symlink() or path.resolve() != inside:
             raise UserInputError(
                 f"{model.name}: {path} is a link to {path.resolve()}; localspec deletes only files it holds "
@@ -201,6 +201,7 @@ async def delete(request: Request) -> Response:
     models_dir = Paths.from_env().models_dir
     paths = await anyio.to_thread.run_sync(_deletable, model, models_dir)
     await state.pool.unload(model.name)  # a busy model finishes its requests (its file stays mapped)
+    state.pool.forget(model.name)  # a file of the same name pulled later is planned afresh
     try:
         await anyio.to_thread.run_sync(_delete_files, paths)
     except OSError as exc:

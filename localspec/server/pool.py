@@ -168,6 +168,10 @@ class ModelPool:
             await self._unload(res, "asked to")
         return True
 
+    def forget(self, name: str) -> None:
+        """Plan `name` afresh at its next load (its file was deleted, or replaced)."""
+        self._loadouts.pop(name, None)
+
     def close(self) -> None:
         """Close every engine (blocking: the daemon calls it once its event loop has stopped)."""
         for res in list(self.resident.values()):
