@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localspec.server.truncation import fit_context, fit_messages, kept_from, tool_block_start
+from localspec.server.truncation import fit_context, fit_messages, kept_from, tool_block_start, truncated
 from localspec.types import ChatMessage, GenerationRequest, ToolCall
 
 
@@ -69,3 +69,17 @@ def test_a_context_too_long_keeps_its_first_token_and_its_latest() -> None:
     assert fit_context(request, 0) is request
     assert fit_context(request, 3).context_ids == (0, 4, 5, 6, 7, 8, 9)
     assert fit_context(request, 9).context_ids == ()  # nothing of it is worth keeping
+
+
+def test_a_request_whose_bound_fits_is_not_counted() -> None:
+    request = GenerationRequest(messages=tuple(turns(6)), max_tokens=10)
+    counted: list[int] = []
+
+    def counting(r: GenerationRequest) -> int:
+        counted.append(1)
+        return count(r.messages)
+
+    assert truncated(request, counting, 100, bound=lambda _r: 90) is request and not counted
+    cut = truncated(request, counting, 100, bound=lambda _r: 91)  # 60 tokens: fits, but it had to count
+    assert cut is request and counted
+    assert truncated(request, counting, 40).dropped_messages == 4  # 2 turns of 10 fit 40 - 10
