@@ -346,19 +346,17 @@ def test_a_chat_longer_than_the_context_drops_its_oldest_messages(
     whole = uds_ollama.chat(model="tiny-fim", messages=messages, options={**GREEDY, "num_predict": 4})
     assert whole.done and whole.eval_count == 4
     assert whole.prompt_eval_count is not None and 1024 // 2 < whole.prompt_eval_count <= 1024 - 4
-    # Cut by hand (truncate off), the first cut at a user turn that leaves the reply its room is
-    # the prompt the daemon read, and answers the same.
-    body: dict[str, Any] = {"model": "tiny-fim", "stream": False, "truncate": False, "options": GREEDY}
+    # The daemon's cut is one made by hand (truncate off) at a user turn: the same prompt, the same reply.
+    body: dict[str, Any] = {"model": "tiny-fim", "stream": False, "truncate": False}
     with daemon.http() as http:
         for start in range(1, len(messages), 2):  # the user turns
             cut = {**body, "messages": [system, *messages[start:]], "options": {**GREEDY, "num_predict": 4}}
             again = http.post("/api/chat", json=cut)
-            if again.status_code == 200 and again.json()["prompt_eval_count"] <= 1024 - 4:
+            if again.status_code == 200 and again.json()["prompt_eval_count"] == whole.prompt_eval_count:
                 break
         else:
-            raise AssertionError("no cut of the conversation fits")
+            raise AssertionError("no cut at a user turn is the prompt the daemon read")
     assert messages[start]["role"] == "user" and start > 1
-    assert again.json()["prompt_eval_count"] == whole.prompt_eval_count
     assert again.json()["message"]["content"] == whole.message.content
     # The raw body says how many went (the ollama package drops fields it does not know).
     body = {"model": "tiny-fim", "messages": messages, "stream": False}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from localspec.server.truncation import fit_context, fit_messages, kept_from, tool_block_start, truncated
 from localspec.types import ChatMessage, GenerationRequest, ToolCall
 
@@ -83,3 +85,25 @@ def test_a_request_whose_bound_fits_is_not_counted() -> None:
     cut = truncated(request, counting, 100, bound=lambda _r: 91)  # 60 tokens: fits, but it had to count
     assert cut is request and counted
     assert truncated(request, counting, 40).dropped_messages == 4  # 2 turns of 10 fit 40 - 10
+
+
+def test_a_growing_conversation_is_cut_at_places_the_next_turns_keep() -> None:
+    """Cut in steps, the place moves once per step's worth of growth (the turns between go on from
+    the cache); cut the least, it moves with every turn."""
+    system = ChatMessage("system", "s" * 5)
+    history = [ChatMessage("user" if i % 2 == 0 else "assistant", f"{i:02d}" * 5) for i in range(40)]
+
+    def places(step: int) -> list[int]:
+        out = []
+        for n in range(1, len(history) + 1):
+            messages = [system, *history[:n]]
+            kept = fit_messages(messages, count, 100, step)
+            assert count(kept) <= 100 and kept[0] == system and kept[-1] == messages[-1]
+            out.append(n - (len(kept) - 1))  # messages dropped
+        return out
+
+    stepped, least = places(40), places(0)
+    assert all(b >= a for a, b in itertools.pairwise(stepped))
+    moves = [b - a for a, b in itertools.pairwise(stepped) if b != a]
+    assert moves and all(m >= 4 for m in moves)  # 40 tokens: 4 turns of 10 at a time
+    assert len(moves) * 2 <= len({*least}) - 1  # the least cut moves at least twice as often

@@ -10,7 +10,9 @@ rely on this. Here it is GenerationRequest.truncate: on by default for /api/chat
 /v1/chat/completions with localspec's `truncate` (as `localspec chat` does).
 
 Ollama then shifts the context while it generates; localspec's engine does not, so the prompt is
-cut to leave the reply room: its max_tokens, at most a quarter of the context. A conversation
+cut to leave the reply room: its max_tokens, at most a quarter of the context. And it cuts in
+steps of a quarter of the context (CUT_STEP_SHARE), each at a place the next turns keep, so
+they go on from the cache instead of reading the whole conversation again each turn. A conversation
 whose latest message alone (with the system messages) cannot fit is left as it is: the engine's
 one-line error says by how much.
 """
@@ -25,6 +27,12 @@ from localspec.types import ChatMessage, GenerationRequest
 # The reply's room when the prompt is cut: its max_tokens, but no more than this share of the
 # context (a reply "until the context is full" would otherwise leave no room for any history).
 REPLY_SHARE = 4
+# Old messages go in steps of this share of the context (fit_messages), so that the next turns are
+# cut at the same place: each new place starts the cached prompt over after the system messages,
+# and reading it again is the turn's whole wait (a chat past a 2,048-token context, the 1.5B on 2
+# cores: 7-8.5 s to the first token on every turn with the least cut, 1.4 s on a turn that kept
+# the cache; docs/benchmarks.md, session 44). llama.cpp's context shift drops half of what it may.
+CUT_STEP_SHARE = 4
 
 
 def tool_block_start(messages: Sequence[ChatMessage], index: int) -> int:
@@ -47,26 +55,55 @@ def kept_from(messages: Sequence[ChatMessage], start: int) -> tuple[ChatMessage,
 
 
 def fit_messages(
-    messages: Sequence[ChatMessage], count: Callable[[tuple[ChatMessage, ...]], int], budget: int
+    messages: Sequence[ChatMessage],
+    count: Callable[[tuple[ChatMessage, ...]], int],
+    budget: int,
+    step: int = 0,
 ) -> tuple[ChatMessage, ...]:
-    """The latest messages whose prompt (`count` tokens) fits `budget`, system messages kept.
+    """The whole conversation where its prompt (`count` tokens) fits `budget`; else the latest
+    messages that fit, system messages kept.
 
-    Fewer messages never make a longer prompt, so the earliest start that fits is found by
+    `step` 0 cuts the fewest messages (Ollama's cut). Otherwise the oldest messages go in steps
+    of at least `step` tokens, each step's end set by the messages it drops alone: a conversation
+    that grows by a turn is cut at the same place, and goes on from the cache, until it needs
+    the next step. Fewer messages never make a longer prompt, so each place is found by
     bisection (a template rendered and tokenized a few times, not once per message)."""
     whole = tuple(messages)
-    if len(whole) < 2 or count(whole) <= budget:
+    if len(whole) < 2:
+        return whole
+    total = count(whole)
+    if total <= budget:
         return whole
     starts = sorted(
         {*(i for i in range(1, len(whole)) if _opens(whole[i])), tool_block_start(whole, len(whole) - 1)}
     )
-    low, high = 0, len(starts) - 1  # the answer is starts[high] if nothing earlier fits
+    sizes: dict[int, int] = {}
+
+    def kept(i: int) -> int:
+        if i not in sizes:
+            sizes[i] = count(kept_from(whole, starts[i]))
+        return sizes[i]
+
+    if step <= 0:
+        return kept_from(whole, starts[_first(len(starts), lambda i: kept(i) <= budget)])
+
+    def step_end(j: int) -> int:  # the first start that drops j steps' tokens, or the last
+        return _first(len(starts), lambda i: total - kept(i) >= j * step)
+
+    steps = _first(-(-(total - budget) // step), lambda j: kept(step_end(j + 1)) <= budget) + 1
+    return kept_from(whole, starts[step_end(steps)])
+
+
+def _first(n: int, holds: Callable[[int], bool]) -> int:
+    """The least i in 0..n-1 where `holds` (true from some i on), or n - 1 where it never does."""
+    low, high = 0, n - 1
     while low < high:
         mid = (low + high) // 2
-        if count(kept_from(whole, starts[mid])) <= budget:
+        if holds(mid):
             high = mid
         else:
             low = mid + 1
-    return kept_from(whole, starts[high])
+    return low
 
 
 def _opens(message: ChatMessage) -> bool:
@@ -95,7 +132,8 @@ def truncated(
         return request
     if request.context_ids:  # /api/generate: its messages are a system prompt and the prompt
         return fit_context(request, count(request) - budget)
-    kept = fit_messages(request.messages, lambda m: count(replace(request, messages=m)), budget)
+    step = n_ctx // CUT_STEP_SHARE
+    kept = fit_messages(request.messages, lambda m: count(replace(request, messages=m)), budget, step)
     dropped = len(request.messages) - len(kept)
     return replace(request, messages=kept, dropped_messages=dropped) if dropped else request
 
