@@ -249,13 +249,19 @@ def test_requests_for_a_loading_model_wait_for_the_one_load(daemon: Daemon, http
 
 
 def test_localspec_ps_lists_what_is_loaded(daemon: Daemon, oai: openai.OpenAI, http: httpx.Client) -> None:
+    # A long conversation, then another: the first one's cache is kept in memory beside the plan's.
+    long = [{"role": "user", "content": " ".join(["hello world"] * 200)}]
+    oai.chat.completions.create(model="beta", messages=long, max_tokens=2)  # type: ignore[arg-type]
     chat(oai, "beta")
+    saved = loaded(http)["beta"]
+    assert saved["saved_prompts"] == 1 and saved["saved_prompt_bytes"] > 0
     done = run_cli(daemon.home, "ps")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:2] == ["NAME", "SIZE"]
-    names = [line.split()[0] for line in lines[1:]]
-    assert "beta" in names and set(names) == set(loaded(http))
+    assert lines[0].split()[:4] == ["NAME", "SIZE", "SAVED", "PROMPTS"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert set(rows) == set(loaded(http))
+    assert rows["beta"][3:5] == [f"{saved['saved_prompt_bytes'] / (1 << 20):.0f}", "MiB"]
 
 
 def test_each_model_gets_its_own_draft_pick_or_its_pin_and_the_idle_timeout(

@@ -168,11 +168,12 @@ def status_command(socket_path: Path | None, as_json: bool) -> None:
 
 
 def _ps_lines(models: list[LoadedModel], now: datetime) -> list[str]:
-    rows = [("NAME", "SIZE", "DRAFT", "STATUS", "UNTIL")]
+    rows = [("NAME", "SIZE", "SAVED PROMPTS", "DRAFT", "STATUS", "UNTIL")]
     for m in models:
         until = "stopped" if m.kept else _until(m.expires_at, now)
         status = f"{m.status}, {m.busy} busy" if m.busy else m.status
-        rows.append((m.name, f"{m.size / (1 << 20):.0f} MiB", m.draft or "none", status, until))
+        saved = f"{m.saved_prompt_bytes / (1 << 20):.0f} MiB" if m.saved_prompt_bytes else "-"
+        rows.append((m.name, f"{m.size / (1 << 20):.0f} MiB", saved, m.draft or "none", status, until))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return ["  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]) for row in rows]
 

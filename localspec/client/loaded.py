@@ -19,6 +19,7 @@ class LoadedModel:
     method: str | None = None
     status: str = "ready"
     busy: int = 0
+    saved_prompt_bytes: int = 0  # conversations' caches kept beside `size`
 
     @property
     def kept(self) -> bool:
@@ -36,4 +37,5 @@ class LoadedModel:
             method=entry.get("method"),
             status=str(entry.get("status") or "ready"),
             busy=int(entry.get("busy") or 0),
+            saved_prompt_bytes=int(entry.get("saved_prompt_bytes") or 0),
         )

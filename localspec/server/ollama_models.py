@@ -101,6 +101,9 @@ def _running(state: ServerState, res: Resident) -> dict[str, Any] | None:
         "status": info.status,
         "busy": res.busy,
         "load_seconds": None if res.load_s is None else round(res.load_s, 3),
+        # Conversations' caches kept in memory beside the plan's bytes (engine.promptcache).
+        "saved_prompts": info.saved_prompts,
+        "saved_prompt_bytes": info.saved_prompt_bytes,
     }
 
 
