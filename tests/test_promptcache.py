@@ -43,6 +43,21 @@ def test_a_cache_is_worth_saving_where_a_prompt_would_drop_enough_of_it() -> Non
     assert not PromptCache(0).worth_saving(live, 0)
 
 
+def test_the_same_conversation_cut_further_is_not_saved() -> None:
+    """A long chat whose oldest messages went (server.truncation): the live cache is its earlier
+    cut, which no request will ask for again; another conversation's is saved."""
+    cache = PromptCache(1 << 20)
+    system, a, b, c = range(10), range(100, 300), range(300, 600), range(600, 700)
+    live = [*system, *a, *b, *c]
+    cut = [*system, *b, *c, *range(700, 720)]
+    assert not cache.worth_saving(live, 10, cut)
+    other = [*system, *range(1000, 1300)]
+    assert cache.worth_saving(live, 10, other)
+    assert cache.worth_saving(live, 10, [*system, *b[:40]])  # too little of it to tell: saved
+    # A match that straddles two tokens' bytes is no match.
+    assert cache.worth_saving([*system, *[256 * 256] * 300], 10, [*system, *[1] * 64])
+
+
 def test_a_saved_cache_replaces_those_it_extends_and_the_oldest_go_past_the_limit() -> None:
     cache = PromptCache(100)
     cache.add(saved(range(5), 30))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,10 +84,15 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._saved)
 
-    def worth_saving(self, live: Sequence[int], kept: int) -> bool:
-        """Whether the live cache (its tokens `live`) is worth saving before a request keeps only
-        its first `kept` positions: enough would be lost, and nothing saved already holds it."""
+    def worth_saving(self, live: Sequence[int], kept: int, prompt: Sequence[int] = ()) -> bool:
+        """Whether the live cache (its tokens `live`) is worth saving before `prompt` keeps only
+        its first `kept` positions: enough would be lost, nothing saved already holds it, and it is
+        not the same conversation cut further (the prompt's next tokens already further on in it:
+        a long chat whose oldest messages went, server.truncation, whose earlier cut no request
+        will ask for again)."""
         if self.limit <= 0 or len(live) - kept < MIN_SAVED_TOKENS:
+            return False
+        if _cut_further(live, prompt, kept):
             return False
         return not any(_starts_with(s.tokens, live) for s in self._saved.values())
 
@@ -153,7 +159,7 @@ class PromptCache:
         draft: ModelDrafter | None,
     ) -> int:
         shared = common_prefix(live, prompt) if use else 0
-        if self.worth_saving(live, shared):
+        if self.worth_saving(live, shared, prompt):
             self._save(model, live, draft)
         found = self.best(prompt, shared) if use else None
         if found is None:
@@ -186,6 +192,26 @@ def _room_for(size: int) -> bool:
     import psutil
 
     return int(psutil.virtual_memory().available) - size >= RESERVE_BYTES
+
+
+# How many of a prompt's tokens after what it shares with the live cache must appear further on in
+# that cache for the two to be one conversation cut further (a message's worth).
+CUT_WINDOW = 64
+
+
+def _cut_further(live: Sequence[int], prompt: Sequence[int], shared: int) -> bool:
+    """Whether the CUT_WINDOW tokens of `prompt` after its first `shared` appear later in `live`
+    (searched as bytes: a 16,000-token cache in well under a millisecond)."""
+    window = prompt[shared : shared + CUT_WINDOW]
+    if len(window) < CUT_WINDOW:
+        return False
+    item = array("i").itemsize
+    haystack = array("i", live[shared + 1 :]).tobytes()
+    needle = array("i", window).tobytes()
+    at = haystack.find(needle)
+    while at >= 0 and at % item:  # matched across two tokens' bytes: look on
+        at = haystack.find(needle, at + 1)
+    return at >= 0
 
 
 def _starts_with(tokens: Sequence[int], start: Sequence[int]) -> bool:
