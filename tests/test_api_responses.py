@@ -114,3 +114,21 @@ def test_store_false_and_reasoning_items_are_fine(daemon: Daemon) -> None:
     with daemon.http() as http:
         response = http.post("/responses", content=json.dumps(body))
     assert response.status_code == 200 and response.json()["output"][0]["content"][0]["type"] == "output_text"
+
+
+def test_truncation_auto_drops_the_oldest_input_items_to_fit(client: openai.OpenAI) -> None:
+    """OpenAI's `truncation`: auto leaves out the conversation's oldest items; disabled (the default)
+    refuses an input past the context, in OpenAI's words."""
+    turn = " ".join(["hello world"] * 60)
+    items: list[Any] = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{i} {turn}"} for i in range(41)
+    ]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="tiny-target", input=items, max_output_tokens=4)
+    assert "maximum context length is 2048 tokens" in str(refused.value)
+    out = client.responses.create(
+        model="tiny-target", instructions="be brief", input=items, max_output_tokens=4, truncation="auto"
+    )
+    assert out.truncation == "auto" and out.usage is not None
+    assert 2048 // 2 < out.usage.input_tokens <= 2048 - 4
+    assert (out.model_extra or {})["localspec"]["dropped_messages"] > 0

@@ -119,7 +119,7 @@ class ResponsesFormat:
             "tool_choice": self.body.tool_choice,
             "tools": [t.echo() for t in self.body.function_tools()],
             "top_p": self.body.top_p,
-            "truncation": "disabled",
+            "truncation": self.body.truncation,
             "metadata": {},
         }
         if result is not None:

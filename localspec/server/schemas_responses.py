@@ -136,6 +136,11 @@ class ResponsesBody(_Body):
     speculative: SpeculativeOptions | None = None
     include: list[str] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    truncation: Literal["auto", "disabled"] = Field(
+        "disabled",
+        description="auto: where the input does not fit the context, its oldest items go (the "
+        "instructions and the latest kept); disabled: a clear error instead, as OpenAI's.",
+    )
 
     def logprobs_asked(self) -> int | None:
         """Alternatives per token where `include` asks for output_text's logprobs; else None."""
@@ -228,4 +233,5 @@ def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> 
         parallel_tool_calls=body.parallel_tool_calls,
         json_schema=body.output_schema(),
         logprobs=body.logprobs_asked(),
+        truncate=body.truncation == "auto",
     )
