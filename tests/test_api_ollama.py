@@ -18,7 +18,7 @@ import ollama
 import openai
 import pytest
 import tinymodels
-from daemonproc import Daemon, free_port, start_daemon
+from daemonproc import Daemon, free_port, run_cli, start_daemon
 
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.worker import Engine
@@ -438,7 +438,7 @@ def _await_listed(client: ollama.Client, name: str) -> None:
 
 
 def test_delete_removes_a_model_from_the_models_folder_even_while_loaded(
-    uds_ollama: ollama.Client, pulled: Path
+    uds_ollama: ollama.Client, pulled: Path, daemon: Daemon
 ) -> None:
     path = tinymodels.write_tiny_model(pulled / "scratch.gguf", seed=3, name="scratch")
     _await_listed(uds_ollama, "scratch")
@@ -453,6 +453,14 @@ def test_delete_removes_a_model_from_the_models_folder_even_while_loaded(
     with pytest.raises(ollama.ResponseError) as gone:
         uds_ollama.delete("scratch")
     assert gone.value.status_code == 404
+    # `localspec rm` goes through the running daemon, by the same rule.
+    again = tinymodels.write_tiny_model(pulled / "scratch2.gguf", seed=3, name="scratch2")
+    _await_listed(uds_ollama, "scratch2")
+    done = run_cli(daemon.home, "rm", "scratch2")
+    assert done.returncode == 0 and done.stdout.strip() == "deleted scratch2", done.stderr
+    assert not again.exists()
+    refused = run_cli(daemon.home, "rm", "tiny-fim")
+    assert refused.returncode == 2 and "stop the daemon" in refused.stderr
 
 
 def test_delete_removes_every_part_of_a_split_model(uds_ollama: ollama.Client, pulled: Path) -> None:

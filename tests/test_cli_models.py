@@ -130,3 +130,19 @@ def test_commands_have_help() -> None:
     for command in ("models", "inspect", "pull"):
         result = run(command, "--help")
         assert result.exit_code == 0 and "Usage:" in result.stdout
+
+
+def test_rm_deletes_a_model_from_the_models_folder_only(isolated: Path, tiny_target: Path) -> None:
+    """No daemon runs here: `rm` deletes the file itself, by the rule /api/delete keeps."""
+    shutil.copyfile(tiny_target, isolated / "scratch.gguf")
+    hub = Path.home() / ".cache" / "huggingface" / "hub" / "models--acme--Tiny-GGUF" / "snapshots" / "abc"
+    hub.mkdir(parents=True)
+    shutil.copyfile(tiny_target, hub / "tiny.gguf")
+
+    deleted = run("rm", "scratch")
+    assert deleted.exit_code == 0, deleted.output
+    assert deleted.stdout.startswith("deleted scratch (") and not (isolated / "scratch.gguf").exists()
+    gone = run("rm", "scratch")
+    assert gone.exit_code == 2 and "no model named 'scratch' here; `localspec models`" in gone.stderr
+    kept = run("rm", "acme/Tiny-GGUF:tiny.gguf")
+    assert kept.exit_code == 2 and "`hf cache rm`" in kept.stderr and (hub / "tiny.gguf").exists()

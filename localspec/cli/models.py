@@ -1,4 +1,4 @@
-"""`localspec models`, `localspec inspect` and `localspec pull`: the models on this machine."""
+"""`localspec models`, `inspect`, `pull` and `rm`: the models on this machine."""
 
 from __future__ import annotations
 
@@ -147,6 +147,43 @@ def pull_command(spec: str, revision: str, dest: Path | None, quiet: bool) -> No
     info = read_gguf_info(path)
     size = format_bytes(info.size_bytes)
     click.echo(printable(f"{path}  ({info.arch}, {format_params(info.n_params)}, {info.quant}, {size})"))
+
+
+@cli.command("rm")
+@click.argument("name")
+def rm_command(name: str) -> None:
+    """Delete a model from the models folder (through the daemon when one runs: it unloads it)."""
+    from localspec.cli.serve import _socket_for
+    from localspec.client import Client
+    from localspec.process.pidfile import daemon_pid, pid_file_for
+
+    socket = _socket_for(None)
+    if daemon_pid(pid_file_for(socket)) is not None:
+        with Client(socket_path=socket) as client:
+            client.delete(name)
+        click.echo(printable(f"deleted {name}"))
+        return
+    paths = _remove_here(name)
+    click.echo(printable(f"deleted {name} ({', '.join(str(p) for p in paths)})"))
+
+
+def _remove_here(name: str) -> list[Path]:
+    """Delete the found model called `name` (its file's name, with or without .gguf) here."""
+    from localspec.errors import UserInputError
+    from localspec.models.discovery import discover
+    from localspec.models.remove import removable_files, remove_files
+    from localspec.paths import Paths
+
+    found = [m for m in discover().models if name in (m.display_name, m.display_name.removesuffix(".gguf"))]
+    if not found:
+        raise UserInputError(f"no model named {name!r} here; `localspec models` lists them")
+    if len(found) > 1:
+        where = ", ".join(f"{m.path} ({m.source})" for m in found)
+        raise UserInputError(f"{name!r} names {len(found)} models ({where}); delete the one you mean by hand")
+    model = found[0]
+    paths = removable_files(name, model.path, model.source, Paths.from_env().models_dir)
+    remove_files(name, paths)
+    return paths
 
 
 def format_bytes(n: int) -> str:

@@ -203,6 +203,11 @@ class Client:
         _raise_for_error(response)
         return [LoadedModel.from_ps(m) for m in response.json()["models"]]
 
+    def delete(self, name: str) -> None:
+        """Delete model `name`'s files from the models folder (Ollama's /api/delete); the daemon
+        unloads it once idle."""
+        _raise_for_error(self._request("DELETE", "/api/delete", {"model": name}))
+
     def metrics(self) -> str:
         response = self._request("GET", "/metrics")
         _raise_for_error(response)

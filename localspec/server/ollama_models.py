@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.errors import NotSupportedError, UserInputError
+from localspec.errors import NotSupportedError
 from localspec.models.gguf_info import read_tokens
-from localspec.models.split import sibling_parts, split_part
+from localspec.models.remove import removable_files, remove_files
 from localspec.paths import Paths
 from localspec.server import ollama_info
 from localspec.server.catalog import ServedModel
@@ -159,41 +158,7 @@ async def show(request: Request) -> Response:
     return JSONResponse(await anyio.to_thread.run_sync(_show, state, model))
 
 
-# Where other programs keep the models the catalog also serves, and how they are removed there.
-OWNERS = {
-    "ollama": "is in Ollama's store: remove it with `ollama rm`",
-    "huggingface": "is in the Hugging Face cache: remove it with `hf cache rm`",
-    "lmstudio": "is in LM Studio's folder: remove it in LM Studio",
-    "search-path": "is in a folder given with --search-path: delete the file yourself",
-}
 STARTED_WITH = "is the model this daemon was started with: stop the daemon, then delete its file"
-
-
-def _deletable(model: ServedModel, models_dir: Path) -> list[Path]:
-    """The files deleting `model` removes: the file and any split parts, each a file of its own
-    inside the models folder (none reached through a link: the target is not ours to delete)."""
-    if model.source != "models":
-        where = OWNERS.get(model.source, STARTED_WITH)
-        raise UserInputError(
-            f"{model.name} {where} (localspec deletes only files in its models folder)", param="model"
-        )
-    split = split_part(model.path.name)
-    paths = sibling_parts(model.path, split[1]) if split else [model.path]
-    root = models_dir.resolve()
-    for path in paths:
-        inside = root / path.relative_to(models_dir) if path.is_relative_to(models_dir) else None
-        if path.is_symlink() or path.resolve() != inside:
-            raise UserInputError(
-                f"{model.name}: {path} is a link to {path.resolve()}; localspec deletes only files it holds "
-                "in its models folder: remove the link yourself",
-                param="model",
-            )
-    return paths
-
-
-def _delete_files(paths: list[Path]) -> None:
-    for path in paths:
-        path.unlink(missing_ok=True)
 
 
 async def delete(request: Request) -> Response:
@@ -202,13 +167,12 @@ async def delete(request: Request) -> Response:
     name = parse_body(await request.body(), OllamaDeleteBody).named()
     model = await anyio.to_thread.run_sync(state.catalog.resolve, name)
     models_dir = Paths.from_env().models_dir
-    paths = await anyio.to_thread.run_sync(_deletable, model, models_dir)
+    paths = await anyio.to_thread.run_sync(
+        lambda: removable_files(model.name, model.path, model.source, models_dir, where=STARTED_WITH)
+    )
     await state.pool.unload(model.name)  # a busy model finishes its requests (its file stays mapped)
     state.pool.forget(model.name)  # a file of the same name pulled later is planned afresh
-    try:
-        await anyio.to_thread.run_sync(_delete_files, paths)
-    except OSError as exc:
-        raise UserInputError(f"cannot delete {model.name}: {exc.strerror or exc}", param="model") from None
+    await anyio.to_thread.run_sync(remove_files, model.name, paths)
     log.info("deleted %s (%s)", model.name, ", ".join(p.name for p in paths))
     await anyio.to_thread.run_sync(lambda: state.catalog.models(fresh=True))
     return Response(status_code=200)
