@@ -30,7 +30,7 @@ import llama_cpp
 from localspec.atomicfile import write_text_atomic
 from localspec.auto.costmodel import K_MAX, LONG_WIDTHS, VERIFY_MAX, Curve
 from localspec.engine.config import LoadOptions, default_threads, flash_attention
-from localspec.engine.llama import LlamaModel, gpu_offload_supported
+from localspec.engine.llama import LlamaModel, default_gpu_layers, gpu_offload_supported, offloads
 from localspec.errors import StorageError, storage_error
 
 # Every size for a target: the curve is not smooth. llama.cpp's CPU matrix kernels work in
@@ -100,12 +100,10 @@ def backend_id() -> str:
 def calibration_key(path: Path, options: LoadOptions, sizes: Sequence[int] = SIZES) -> Key:
     """Everything that changes the curve: the file, the threads, the offload, the cache type, the build."""
     st = path.stat()
-    gpu = options.gpu_layers
     # Over RPC each step pays the network's round trips: V(n) is measured with them, per worker set
     # (only then in the key, so the curves cached for local models stay valid).
     rpc = {"rpc": list(options.rpc)} if options.rpc else {}
-    gpu_layers = (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
-    on_gpu = gpu_layers != 0 and not options.rpc and gpu_offload_supported()  # as LlamaModel's
+    gpu_layers = default_gpu_layers(options.gpu_layers)
     return rpc | {
         "version": CACHE_VERSION,
         "file": str(path.resolve()),
@@ -118,7 +116,7 @@ def calibration_key(path: Path, options: LoadOptions, sizes: Sequence[int] = SIZ
         "batch_invariant": options.batch_invariant,
         # The attention the loading decodes with, which the context's size can decide (a curve
         # measured at 4,096 positions with flash attention is not one of a 16,384-position context).
-        "flash_attn": flash_attention(options, on_gpu),
+        "flash_attn": flash_attention(options, offloads(gpu_layers, options)),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
         "backend": backend_id(),
         "sizes": list(sizes),

@@ -47,7 +47,7 @@ class LoadOptions:
     # layers on a GPU.
     plain_prefill: bool | None = None
     # Flash attention in fast loading: None keeps llama.cpp's choice on a GPU, on RPC workers, with
-    # a quantized cache and below 8192 positions, and turns it off otherwise (llama.flash_attention);
+    # a quantized cache and below 8192 positions, and turns it off otherwise (flash_attention below);
     # True or False force it. batch_invariant always has it on.
     flash_attn: bool | None = None
     # RPC workers ('host:port') that hold the model's layers (`--rpc`); the engine loads its

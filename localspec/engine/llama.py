@@ -99,6 +99,17 @@ def gpu_offload_supported() -> bool:
     return has_local_gpu()
 
 
+def default_gpu_layers(gpu: int | None) -> int:
+    """n_gpu_layers for LoadOptions.gpu_layers: None means every layer where offload is supported."""
+    return (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
+
+
+def offloads(n_gpu_layers: int, options: LoadOptions) -> bool:
+    """Whether a model loaded with `n_gpu_layers` runs layers on a local GPU (RPC workers do not
+    count: their verifies are measured as a CPU's)."""
+    return n_gpu_layers != 0 and not options.rpc and gpu_offload_supported()
+
+
 def _sequence_state(ctx: llama_cpp.llama_context_p) -> Any:
     """Sequence 0 of `ctx`'s cache as llama.cpp writes it (a ctypes byte array); None where it
     wrote nothing."""
@@ -215,14 +226,13 @@ class LlamaModel:
     def _load_model(self, progress: ProgressFn | None) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
         gpu = self.options.gpu_layers
-        params.n_gpu_layers = (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
+        params.n_gpu_layers = default_gpu_layers(gpu)
         if self.options.rpc:
             self._devices = _rpc_devices(self.options.rpc)  # kept: llama.cpp reads the array at load
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
             params.n_gpu_layers = -1 if gpu is None else gpu
         params.use_extra_bufts = self.repack
-        # Layers on a local GPU (RPC workers are not: their verifies are measured as a CPU's).
-        self.on_gpu = params.n_gpu_layers != 0 and not self.options.rpc and gpu_offload_supported()
+        self.on_gpu = offloads(params.n_gpu_layers, self.options)
         callback = None
         if progress is not None:
             progress(0.0)
