@@ -81,8 +81,8 @@ def test_a_request_whose_bound_fits_is_not_counted() -> None:
         counted.append(1)
         return count(r.messages)
 
-    assert truncated(request, counting, 100, bound=lambda _r: 90) is request and not counted
-    cut = truncated(request, counting, 100, bound=lambda _r: 91)  # 60 tokens: fits, but it had to count
+    assert truncated(request, counting, 100, most=90) is request and not counted
+    cut = truncated(request, counting, 100, most=91)  # 60 tokens: fits, but it had to count
     assert cut is request and counted
     assert truncated(request, counting, 40).dropped_messages == 4  # 2 turns of 10 fit 40 - 10
 

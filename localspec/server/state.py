@@ -245,36 +245,38 @@ class ModelState:
             "uptime_s": round(time.time() - self.server.started, 3),
         }
 
-    def _most_tokens(self, greq: GenerationRequest) -> int | None:
-        """At least the request's prompt tokens: its rendered prompt's bytes (every token holds one
-        or more), and the earlier exchange's tokens. Blocking: it renders the template."""
-        prepared = self.engine.prepare(greq)
-        if prepared.prompt is None or prepared.messages or prepared.suffix is not None or prepared.extra:
-            return None  # not rendered here (a model still loading), or more than the prompt (FIM)
-        return len(prepared.prompt.encode()) + len(greq.context_ids) + 1  # a BOS the model may add
-
     async def start(self, request: Request, greq: GenerationRequest, stream: bool = True) -> Run:
         """Queue a generation; unless `stream`, its chunks are never sent here, only its result."""
         server = self.server
         if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
+        # The chat template runs off the event loop and off the engine thread, within its budget.
+        prepared = await asyncio.to_thread(self.engine.prepare, greq)
         if greq.truncate and (greq.messages or greq.context_ids):
-            greq = await asyncio.to_thread(
-                truncated, greq, self.engine.count_prompt_tokens, self.unlimited, self._most_tokens
-            )
-            if greq.dropped_messages:
+            count, n_ctx = self.engine.count_prompt_tokens, self.unlimited
+            fitted = await asyncio.to_thread(truncated, greq, count, n_ctx, _most_tokens(prepared))
+            if fitted is not greq:  # rendered again without what was left out
+                prepared = await asyncio.to_thread(self.engine.prepare, fitted)
+            if fitted.dropped_messages:
                 log.info(
                     "%s: left out the %d oldest messages to fit the context",
                     self.model_name,
-                    greq.dropped_messages,
+                    fitted.dropped_messages,
                 )
-        # The chat template runs off the event loop and off the engine thread, within its budget.
-        greq = await asyncio.to_thread(self.engine.prepare, greq)
+        greq = prepared
         if server.shutting_down:
             raise DaemonError("the daemon is shutting down; retry once it is back")
         handle = self.engine.submit(greq, stream)  # OverloadedError when the queue is full
         server.active.add(handle)
         return Run(server, handle, request)
+
+
+def _most_tokens(prepared: GenerationRequest) -> int | None:
+    """At least the prompt tokens of a request `prepare` rendered: its prompt's bytes (every token
+    holds one or more) and the earlier exchange's tokens; None where it is not known so."""
+    if prepared.prompt is None or prepared.messages or prepared.suffix is not None or prepared.extra:
+        return None  # not rendered here (a model still loading), or more than the prompt (FIM)
+    return len(prepared.prompt.encode()) + len(prepared.context_ids) + 1  # a BOS the model may add
 
 
 class Run:

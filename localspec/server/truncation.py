@@ -117,17 +117,16 @@ def truncated(
     request: GenerationRequest,
     count: Callable[[GenerationRequest], int],
     n_ctx: int,
-    bound: Callable[[GenerationRequest], int | None] = lambda _request: None,
+    most: int | None = None,
 ) -> GenerationRequest:
     """`request` with its oldest messages dropped where its prompt and reply would not fit `n_ctx`,
     and how many in `dropped_messages`; or, for Ollama's /api/generate with an earlier exchange's
     `context`, that context's oldest tokens (after its first: `fit_context`).
 
-    `bound`: at least as many as `count` tokens, cheaply (None: not known), so that a request that
-    surely fits is not tokenized twice (its prompt's bytes: 0.3 ms, where counting a 3,000-token
-    chat's tokens took 3.6 ms on the 2-core machine)."""
+    `most`: at least as many as `count` tokens, known cheaply (None: not known), so that a request
+    that surely fits is not tokenized twice (its prompt's bytes: 0.3 ms, where counting a
+    3,000-token chat's tokens took 3.6 ms on the 2-core machine)."""
     budget = n_ctx - min(request.max_tokens, n_ctx // REPLY_SHARE)
-    most = bound(request)
     if most is not None and most <= budget:
         return request
     if request.context_ids:  # /api/generate: its messages are a system prompt and the prompt
