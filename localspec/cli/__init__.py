@@ -11,6 +11,7 @@ from localspec.cli import models as _models  # noqa: F401
 from localspec.cli import pickdraft as _pickdraft  # noqa: F401
 from localspec.cli import rpcworker as _rpcworker  # noqa: F401
 from localspec.cli import serve as _serve  # noqa: F401
+from localspec.cli import service as _service  # noqa: F401
 from localspec.cli.app import cli
 from localspec.process.hugepages import restart_with_huge_pages
 

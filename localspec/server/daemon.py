@@ -302,15 +302,20 @@ def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> No
         raise DaemonError(f"the daemon stopped: {engine.info.error}")
 
 
-def run(config: DaemonConfig) -> None:
-    """Serve until SIGTERM/SIGINT; returns normally after a clean shutdown."""
+def check_target(config: DaemonConfig) -> None:
+    """Fail at once, with one line, not after the sockets are up: a missing, foreign or corrupt file."""
     from localspec.engine.llama import check_gguf_file
     from localspec.models.gguf_info import check_model_file
-    from localspec.process.parentwatch import watch_parent
 
-    # Fail at once, with one line, not after the sockets are up: a missing, foreign or corrupt file.
     check_gguf_file(config.engine.target)
     check_model_file(config.engine.target, cache_dir=config.engine.cache_dir)
+
+
+def run(config: DaemonConfig) -> None:
+    """Serve until SIGTERM/SIGINT; returns normally after a clean shutdown."""
+    from localspec.process.parentwatch import watch_parent
+
+    check_target(config)
     watch_parent()  # a daemon started for one chat stops (cleanly) when that chat dies
     with PidLock(config.pid_file):
         private = config.socket_path.parent == Paths.from_env().runtime_dir
