@@ -164,15 +164,15 @@ def test_installed_service_serves_and_uninstall_stops_it(user: Path, tiny_target
 
 
 def _health(http: httpx.Client) -> dict[str, object]:
+    """/health once the daemon is ready (it answers 503 while its model loads)."""
     deadline = time.monotonic() + 90
     while True:
-        try:
+        with contextlib.suppress(httpx.TransportError):
             answer: dict[str, object] = http.get("/health").json()
-            return answer
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            if answer["status"] == "ready":
+                return answer
+        assert time.monotonic() < deadline, "the service's daemon never became ready"
+        time.sleep(0.2)
 
 
 def _exits(pid: int, timeout: float = 30) -> bool:
@@ -266,6 +266,7 @@ def test_launchd_agent(user: Path, tiny_target: Path, monkeypatch: pytest.Monkey
     assert agent["ProgramArguments"] == [*serve, "--tcp", "127.0.0.1:11434"]
     assert agent["EnvironmentVariables"]["LOCALSPEC_TARGET"] == str(tiny_target)
     assert agent["KeepAlive"] == {"Crashed": True} and agent["RunAtLoad"] is True
+    assert Path(agent["StandardErrorPath"]).parent.is_dir()  # launchd makes no folder for its log
     domain = f"gui/{os.getuid()}"
     assert calls(user) == [
         ["launchctl", "bootout", f"{domain}/dev.localspec.serve"],

@@ -88,6 +88,10 @@ class Manager(ABC):
     def render(self, argv: Sequence[str], env: Mapping[str, str], home: Path) -> str:
         raise NotImplementedError
 
+    def prepare(self, home: Path) -> None:
+        """Make what the file names and the manager will not make."""
+        return None
+
     def enable(self, path: Path) -> list[list[str]]:
         """What makes the manager start it at the next login."""
         return []
@@ -168,8 +172,15 @@ class Launchd(Manager):
     def file(self, env: Mapping[str, str]) -> Path:
         return Path(env.get("HOME") or Path.home()) / "Library" / "LaunchAgents" / f"{AGENT_LABEL}.plist"
 
+    def _log(self, home: Path) -> Path:
+        return home / "Library" / "Logs" / "localspec" / "serve.log"
+
+    def prepare(self, home: Path) -> None:
+        # launchd opens the log file but makes no folder for it, and a job whose log cannot open fails.
+        self._log(home).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+
     def render(self, argv: Sequence[str], env: Mapping[str, str], home: Path) -> str:
-        log = str(home / "Library" / "Logs" / "localspec" / "serve.log")
+        log = str(self._log(home))
         agent = {
             "Label": AGENT_LABEL,
             "ProgramArguments": list(argv),
@@ -251,8 +262,10 @@ def install(
     """Write the service file (0600, atomically), enable it and, unless told not to, start it now."""
     path = manager.file(os.environ)
     check_ours(path)
+    home = Path(os.environ.get("HOME") or Path.home())
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_text_atomic(path, manager.render(argv, env, Path(os.environ.get("HOME") or Path.home())))
+    manager.prepare(home)
+    write_text_atomic(path, manager.render(argv, env, home))
     commands = [*manager.enable(path), *(manager.start(path) if start else [])]
     return Installed(path, _run_all(commands, run))
 
