@@ -179,7 +179,7 @@ class PromptCache:
         if draft is not None and common_prefix(draft.seen, live) < MIN_SAVED_TOKENS:
             draft = None  # it has not read enough of this conversation to be worth keeping
         size = model.state_size() + (draft.model.state_size() if draft is not None else 0)
-        if size > self.limit or not _room_for(size):  # checked before anything is copied
+        if size > self.limit or not room_for(size):  # checked before anything is copied
             return
         state = model.save_state()
         if state is None:
@@ -188,7 +188,8 @@ class PromptCache:
         self.add(Saved(tuple(live), state, len(state), drafts))
 
 
-def _room_for(size: int) -> bool:
+def room_for(size: int) -> bool:
+    """Whether `size` more bytes in memory leave RESERVE_BYTES available on the machine."""
     import psutil
 
     return int(psutil.virtual_memory().available) - size >= RESERVE_BYTES

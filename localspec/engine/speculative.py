@@ -18,6 +18,7 @@ lossless under it. Where the grammar leaves no choice, its forced tokens are the
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 import time
@@ -221,6 +222,19 @@ class Generation:
         self._drafters_started: set[int] = set()
         self._drafted_total = 0  # tokens drafted over all steps, for mean_k
         self._redecide_s = 0.0  # this step's near-tie decodes
+        self._paused_s = 0.0  # spent on other requests between steps (engine.interleave): not this one's
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Between two chunks, the model serves other requests (engine.interleave): the policy
+        closes its last step first, so the pause is not learnt as that step's cost, and the time is
+        not counted as this reply's (its tokens/s, its time limit), though its client waited."""
+        self.policy.pause(self.tokens)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused_s += time.perf_counter() - start
 
     # --- driving ------------------------------------------------------------
 
@@ -503,11 +517,12 @@ class Generation:
         if self.time_limit_s is None or not self.stats.ttft_s:
             return False
         self._newline = self._newline or "\n" in text
-        return self._newline and time.perf_counter() - t0 - self.stats.ttft_s > self.time_limit_s
+        spent = time.perf_counter() - t0 - self._paused_s - self.stats.ttft_s
+        return self._newline and spent > self.time_limit_s
 
     def _close(self, t0: float) -> None:
         st = self.stats
-        st.elapsed_s = time.perf_counter() - t0
+        st.elapsed_s = time.perf_counter() - t0 - self._paused_s
         st.tokens = len(self.generated)
         st.tokens_per_second = st.tokens / st.elapsed_s if st.elapsed_s > 0 else 0.0
         st.mean_itl_s = (st.elapsed_s - st.ttft_s) / (st.tokens - 1) if st.tokens > 1 else 0.0

@@ -27,9 +27,10 @@ from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schem
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
+from localspec.engine.interleave import Turns, is_short, take_first
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
-from localspec.engine.promptcache import PromptCache
+from localspec.engine.promptcache import MIN_SAVED_TOKENS, PromptCache, room_for
 from localspec.engine.prompting import (
     NO_FORMS,
     PromptForms,
@@ -214,6 +215,7 @@ class Engine:
         self.renderer = TemplateRenderer()
         self._template: ChatTemplate | None = None
         self._layerskip_error: str | None = None
+        self._pausing = False  # a long reply is paused for a short request (engine.interleave)
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -482,10 +484,14 @@ class Engine:
         gen.stats.fallback_reason = reason
         gen.stats.dropped_messages = req.dropped_messages
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
+        # RPC workers' caches are not saved (as for prompt caches): their replies never pause.
+        turns = None if self._pausing or self.config.load.rpc else Turns()
         for chunk in gen.run():
             out = chunk if calls is None else replace(chunk, text=calls.push(chunk.text))
             if job.stream:
                 job.put(out)
+            if turns is not None and self._jobs.qsize() and turns.due():
+                self._pause_for_short(gen, turns)
         assert gen.result is not None
         if req.prediction:
             predicted = self._target.tokenize(req.prediction, add_special=False, parse_special=False)
@@ -501,6 +507,51 @@ class Engine:
         if tail and job.stream:
             job.put(TokenChunk(tail, ()))
         return result
+
+    def _pause_for_short(self, gen: Generation, turns: Turns) -> None:
+        """Run a short request waiting behind `gen` (engine.interleave), then put `gen`'s caches back
+        as they were. Nothing is paused where the machine has no room for the copies."""
+        target = self._target
+        assert target is not None
+        draft = self._drafters.get("draft")
+        # The draft model's cache is kept where it holds much of this reply's conversation; else it
+        # reads what it lacks at its next draft, as after any other request.
+        kept = draft if isinstance(draft, ModelDrafter) else None
+        if kept is not None and common_prefix(kept.seen, gen.tokens) < MIN_SAVED_TOKENS:
+            kept = None
+
+        def room() -> bool:  # for the copies: asked only where a short request waits
+            return room_for(target.state_size() + (kept.model.state_size() if kept is not None else 0))
+
+        other = take_first(self._jobs, lambda handle: is_short(handle.request), room)
+        if other is None:
+            return
+        start = time.monotonic()
+        with gen.paused():
+            n_past, state = target.n_past, target.save_state()
+            drafted = kept.save() if kept is not None else None
+            self._pausing, self._kv_tokens = True, []
+            try:
+                self._run(other)
+            finally:
+                self._pausing = False
+                self._resume(gen, state, n_past)
+                if kept is not None and drafted is not None:
+                    kept.restore(drafted)
+        turns.paused(time.monotonic() - start)
+
+    def _resume(self, gen: Generation, state: object, n_past: int) -> None:
+        """The target's cache back as `gen` left it: loaded, or where llama.cpp refuses, read again."""
+        assert self._target is not None
+        self._kv_tokens = []  # unknown until this request ends cleanly, as before the pause
+        try:
+            if state is None:
+                raise LocalspecError("llama.cpp saved nothing")
+            self._target.load_state(state, n_past)
+        except LocalspecError as exc:
+            log.warning("a paused reply's cache could not be loaded back (%s); it is read again", exc)
+            self._target.reset()
+            gen.stats.target_s += self._target.decode(gen.tokens[:n_past], 1)
 
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many

@@ -1,0 +1,177 @@
+"""A long reply pauses for a short request queued behind it, and goes on as if it had not.
+
+The engine against real llama.cpp on the tiny endless target (replies run to their limit), in
+exact loading, where any change to the long reply's cache would show as other tokens.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from test_engine import make_engine
+
+from localspec.engine import interleave
+from localspec.engine.drafters.base import Drafter
+from localspec.engine.interleave import SHORT_MAX_TOKENS, SHORT_PROMPT_CHARS, Turns, is_short, take_first
+from localspec.engine.llama import LlamaModel
+from localspec.engine.speculative import FixedPolicy, Generation, StepContext
+from localspec.engine.worker import Engine, Handle
+from localspec.types import ChatMessage, FileChunk, GenerationRequest, SamplingParams, SpecParams
+
+LONG = 900
+
+
+@pytest.fixture
+def endless(tiny_endless: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
+    """The endless target with itself as the draft (every draft right); replies may pause at once."""
+    monkeypatch.setattr(interleave, "MIN_RUN_S", 0.0)
+    with make_engine(tiny_endless, tiny_endless) as engine:
+        yield engine
+
+
+def long_request(method: str = "none") -> GenerationRequest:
+    return GenerationRequest(prompt="the model is", max_tokens=LONG, speculative=SpecParams(method, 4))  # type: ignore[arg-type]
+
+
+def short_request(method: str = "none") -> GenerationRequest:
+    """A completion of a few tokens, as an editor asks for (the tiny model has no FIM tokens)."""
+    return GenerationRequest(prompt="def f(a):\n    ", max_tokens=24, speculative=SpecParams(method, 4))  # type: ignore[arg-type]
+
+
+def finished_at(handle: Handle, when: dict[str, float], name: str) -> threading.Thread:
+    def wait() -> None:
+        handle.wait()
+        when[name] = time.monotonic()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("method", ["none", "draft", "auto"])
+def test_a_short_request_runs_while_a_long_reply_pauses_and_nothing_changes(
+    endless: Engine, method: str
+) -> None:
+    alone_long = endless.generate(long_request(method))
+    alone_short = endless.generate(short_request(method))
+    assert alone_long.stats.tokens == LONG  # long enough for the short one to arrive while it runs
+
+    when: dict[str, float] = {"submitted": time.monotonic()}
+    long = endless.submit(long_request(method))
+    long.next_event()  # the long reply runs: its first chunk is out
+    short = endless.submit(short_request(method))
+    waiter = finished_at(short, when, "short")
+    list(long)
+    when["long"] = time.monotonic()
+    waiter.join(60)
+    assert long.result is not None and short.result is not None
+    assert when["short"] < when["long"]  # without the pause it would have waited for the whole reply
+    # The long reply is the one it wrote alone, token for token; so is the short one.
+    assert long.result.token_ids == alone_long.token_ids
+    assert short.result.token_ids == alone_short.token_ids
+    # The pause, the short request's whole run within it, is not counted as the long reply's time.
+    assert long.result.stats.elapsed_s + short.result.stats.elapsed_s <= when["long"] - when["submitted"]
+
+
+def test_a_long_request_behind_a_long_reply_waits(endless: Engine) -> None:
+    when: dict[str, float] = {}
+    first = endless.submit(long_request())
+    first.next_event()
+    second = endless.submit(long_request())
+    waiter = finished_at(second, when, "second")
+    list(first)
+    when["first"] = time.monotonic()
+    waiter.join(60)
+    assert when["first"] < when["second"]
+    assert second.result is not None and first.result is not None
+    assert second.result.token_ids == first.result.token_ids
+
+
+def test_short_requests_come_in_turns_with_the_long_reply(endless: Engine) -> None:
+    """A stream of short requests never starves the long reply: it runs as long as each pause."""
+    alone = endless.generate(long_request())
+    long = endless.submit(long_request())
+    long.next_event()
+    shorts = [endless.submit(short_request()) for _ in range(6)]
+    chunks = list(long)
+    assert long.result is not None and long.result.token_ids == alone.token_ids
+    for handle in shorts:
+        result = handle.wait()
+        assert result.stats.tokens > 0
+    assert chunks
+
+
+def test_is_short() -> None:
+    assert is_short(GenerationRequest(prompt="x", max_tokens=SHORT_MAX_TOKENS))
+    assert not is_short(GenerationRequest(prompt="x", max_tokens=SHORT_MAX_TOKENS + 1))
+    # Fill-in-the-middle is short whatever it asks for; a long text is not, whatever it asks for.
+    assert is_short(GenerationRequest(prompt="x", suffix="y", max_tokens=4096))
+    big = "x" * (SHORT_PROMPT_CHARS + 1)
+    assert not is_short(GenerationRequest(prompt=big, max_tokens=8))
+    assert not is_short(GenerationRequest(messages=(ChatMessage("user", big),), max_tokens=8))
+    chunk = FileChunk(filename="a.py", text=big)
+    assert not is_short(GenerationRequest(prompt="x", suffix="y", extra=(chunk,), max_tokens=8))
+    assert not is_short(GenerationRequest(prompt_ids=tuple(range(SHORT_PROMPT_CHARS // 4 + 1)), max_tokens=8))
+
+
+def test_turns_give_the_long_reply_as_long_as_its_last_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    turns = Turns(clock=lambda: now[0])
+    assert not turns.due()
+    now[0] += interleave.MIN_RUN_S
+    assert turns.due()
+    turns.paused(5.0)
+    now[0] += 4.9
+    assert not turns.due()
+    now[0] += 0.1
+    assert turns.due()
+
+
+def test_take_first_takes_the_first_wanted_and_keeps_the_order() -> None:
+    jobs: queue.Queue[int | None] = queue.Queue(maxsize=4)
+    for job in (1, 2, 3, None):
+        jobs.put(job)
+    assert take_first(jobs, lambda j: j % 2 == 0) == 2
+    assert take_first(jobs, lambda j: j > 5) is None
+    assert take_first(jobs, lambda j: j == 3, room=lambda: False) is None  # no room for the copies
+    assert [jobs.get() for _ in range(3)] == [1, 3, None]
+
+
+class _Recording(FixedPolicy):
+    """Plain decoding that records the calls a policy gets."""
+
+    def __init__(self) -> None:
+        super().__init__(None, 0)
+        self.calls: list[str] = []
+
+    def choose(self, ctx: StepContext) -> tuple[Drafter | None, int]:
+        self.calls.append("choose")
+        return super().choose(ctx)
+
+    def pause(self, tokens: Sequence[int]) -> None:
+        self.calls.append("pause")
+
+
+def test_a_pause_closes_the_policys_step_and_is_not_the_replys_time(tiny: LlamaModel) -> None:
+    """auto learns a step's cost from its wall time, up to the next choice: a pause left inside it
+    would be learnt as a step seconds long, by the engine's costs, for every later request."""
+    policy = _Recording()
+    prompt = tiny.tokenize("the model is")
+    gen = Generation(
+        tiny, prompt, max_tokens=40, params=SamplingParams(), stop=(), policy=policy, method="none", k=0
+    )
+    start = time.perf_counter()
+    for i, _ in enumerate(gen.run()):
+        if i == 5:
+            with gen.paused():
+                assert policy.calls[-1] == "pause"  # closed before the pause, not after it
+                time.sleep(0.3)
+    wall = time.perf_counter() - start
+    assert policy.calls.count("pause") == 1 and policy.calls[-1] == "choose"
+    assert gen.result is not None
+    assert gen.result.stats.elapsed_s <= wall - 0.3

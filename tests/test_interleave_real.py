@@ -1,0 +1,69 @@
+"""An editor's completion while a chat streams, on the real 1.5B through the real openai package.
+
+What a person meets with one model for both: the agent (or chat) writes a long reply and the
+editor asks for a fill-in-the-middle completion meanwhile. The completion must come back while
+the reply is still streaming, and the reply must be the one written without it (greedy, `none`:
+one-token steps, so no learnt cost can change its batch widths; each prompt read whole).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemonproc import Daemon, start_real_daemon
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+ASK = "Write a Python module of eight small string helpers, each with a docstring."
+CHAT = [{"role": "user", "content": ASK}]
+# Each reply reads its prompt whole, as the other did: a prompt read again from the cache decodes
+# its last token alone, which rounds otherwise than the batch that read it the first time.
+PLAIN = {"speculative": {"method": "none"}, "cache_prompt": False}
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, daemon_curves: Path
+) -> Iterator[Daemon]:
+    d = start_real_daemon(tmp_path_factory.mktemp("interleave-real-home"), qwen_target, curves=daemon_curves)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+def test_a_completion_while_a_chat_streams(daemon: Daemon) -> None:
+    client = daemon.openai()
+    ask = {"model": MODEL, "messages": CHAT, "max_tokens": 320, "temperature": 0, "extra_body": PLAIN}
+    alone = client.chat.completions.create(**ask).choices[0].message.content  # type: ignore[call-overload]
+
+    when: dict[str, float] = {}
+    completion: list[str] = []
+
+    def complete() -> None:
+        fim = client.completions.create(
+            model=MODEL,
+            prompt="def add(a, b):\n    ",
+            suffix="\n\nprint(add(1, 2))\n",
+            max_tokens=24,
+            temperature=0,
+        )
+        completion.append(fim.choices[0].text)
+        when["completion"] = time.monotonic()
+
+    parts: list[str] = []
+    editor = threading.Thread(target=complete)
+    for chunk in client.chat.completions.create(**ask, stream=True):  # type: ignore[call-overload]
+        text = chunk.choices[0].delta.content if chunk.choices else None
+        if text:
+            parts.append(text)
+            if not editor.is_alive() and "completion" not in when and len(parts) == 1:
+                editor.start()
+    when["chat"] = time.monotonic()
+    editor.join(120)
+    assert completion and completion[0].strip(), daemon.log()
+    assert when["completion"] < when["chat"]  # served while the chat's reply paused, not after it
+    assert "".join(parts) == alone
