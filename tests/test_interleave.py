@@ -13,9 +13,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from test_engine import make_engine
+from test_engine import TINY, make_engine
 
 from localspec.engine import interleave
+from localspec.engine.config import EngineConfig
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.interleave import SHORT_MAX_TOKENS, SHORT_PROMPT_CHARS, Turns, is_short, take_first
 from localspec.engine.llama import LlamaModel
@@ -175,3 +176,27 @@ def test_a_pause_closes_the_policys_step_and_is_not_the_replys_time(tiny: LlamaM
     assert policy.calls.count("pause") == 1 and policy.calls[-1] == "choose"
     assert gen.result is not None
     assert gen.result.stats.elapsed_s <= wall - 0.3
+
+
+def test_a_short_requests_cache_is_kept_for_the_next_one(
+    tiny_endless: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The long reply's cache goes back over the short request's: the short one's is saved first, so
+    an editor's next completion (most of its prompt the same) reads only what changed."""
+    monkeypatch.setattr(interleave, "MIN_RUN_S", 0.0)
+    config = EngineConfig(target=tiny_endless, load=TINY, ngram_memory_tokens=0, prompt_cache_bytes=64 << 20)
+    context = " ".join(f"line {i} of the file" for i in range(80))  # a few hundred tokens
+    with Engine(config) as engine:
+        engine.wait_ready()
+        when: dict[str, float] = {}
+        long = engine.submit(long_request())
+        long.next_event()
+        first = engine.submit(GenerationRequest(prompt=context + " one", max_tokens=8))
+        waiter = finished_at(first, when, "first")
+        waiter.join(60)
+        second = engine.generate(GenerationRequest(prompt=context + " two", max_tokens=8))
+        list(long)
+        when["long"] = time.monotonic()
+    assert first.result is not None and when["first"] < when["long"]  # it ran in a pause
+    read = first.result.stats.prompt_tokens
+    assert read > 256 and second.stats.cached_tokens >= read - 2

@@ -150,6 +150,14 @@ class PromptCache:
         with self._lock:
             return self._switch(model, live, prompt, use, draft)
 
+    def keep(self, model: LlamaModel, live: Sequence[int], draft: ModelDrafter | None = None) -> None:
+        """Save `model`'s cache (holding `live`), and the draft model's, where worth keeping, before
+        something other than a prompt replaces it: a paused reply's cache loaded back over a short
+        request's (engine.interleave), so the editor's next completion reads only what changed."""
+        with self._lock:
+            if self.worth_saving(live, 0):
+                self._save(model, live, draft)
+
     def _switch(
         self,
         model: LlamaModel,

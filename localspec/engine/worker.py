@@ -533,6 +533,11 @@ class Engine:
             self._pausing, self._kv_tokens = True, []
             try:
                 self._run(other)
+                # What the short request left is kept as any conversation's cache: the editor's next
+                # completion shares most of its prompt.
+                self._prompt_cache.keep(
+                    target, self._kv_tokens, draft if isinstance(draft, ModelDrafter) else None
+                )
             finally:
                 self._pausing = False
                 self._resume(gen, state, n_past)
