@@ -22,6 +22,7 @@ from localspec.engine.interleave import SHORT_MAX_TOKENS, SHORT_PROMPT_CHARS, Tu
 from localspec.engine.llama import LlamaModel
 from localspec.engine.speculative import FixedPolicy, Generation, StepContext
 from localspec.engine.worker import Engine, Handle
+from localspec.errors import LocalspecError
 from localspec.types import ChatMessage, FileChunk, GenerationRequest, SamplingParams, SpecParams
 
 LONG = 900
@@ -200,3 +201,26 @@ def test_a_short_requests_cache_is_kept_for_the_next_one(
     assert first.result is not None and when["first"] < when["long"]  # it ran in a pause
     read = first.result.stats.prompt_tokens
     assert read > 256 and second.stats.cached_tokens >= read - 2
+
+
+def test_a_cache_llama_cpp_will_not_load_back_is_read_again(
+    endless: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone = endless.generate(long_request())
+    target = endless._target
+    assert target is not None
+
+    refused: list[int] = []
+
+    def refuse(state: object, n_past: int) -> None:
+        refused.append(n_past)
+        raise LocalspecError("llama.cpp could not load a saved prompt cache")
+
+    monkeypatch.setattr(target, "load_state", refuse)
+    long = endless.submit(long_request())
+    long.next_event()
+    short = endless.submit(short_request())
+    list(long)
+    assert short.wait().stats.tokens > 0
+    assert refused  # the reply paused, and its cache was read again instead
+    assert long.result is not None and long.result.token_ids == alone.token_ids

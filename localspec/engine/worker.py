@@ -556,7 +556,7 @@ class Engine:
         except LocalspecError as exc:
             log.warning("a paused reply's cache could not be loaded back (%s); it is read again", exc)
             self._target.reset()
-            gen.stats.target_s += self._target.decode(gen.tokens[:n_past], 1)
+            self._target.decode(gen.tokens[:n_past], 1)  # the pause's cost, not the reply's
 
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many
