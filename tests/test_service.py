@@ -297,3 +297,13 @@ def test_check_ours_reads_no_file_through_a_link(tmp_path: Path) -> None:
 def test_python_m_localspec_is_the_cli() -> None:
     done = subprocess.run([sys.executable, "-m", "localspec", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("localspec, version")
+
+
+def test_status_without_a_daemon_points_at_an_installed_service(user: Path, tiny_target: Path) -> None:
+    none = CliRunner().invoke(cli, ["status"])
+    assert none.exit_code == 2 and "service" not in none.output
+    unit_file(user).parent.mkdir(parents=True)
+    unit_file(user).write_text(f"# {service.MARKER}\n")
+    told = CliRunner().invoke(cli, ["status"])
+    assert told.exit_code == 2
+    assert "no localspec daemon at" in told.output and "`localspec service status`" in told.output

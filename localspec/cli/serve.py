@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from localspec.cli.app import cli
+from localspec.errors import DaemonError, LocalspecError
 from localspec.printable import printable
 from localspec.types import METHODS
 
@@ -158,13 +159,29 @@ def status_command(socket_path: Path | None, as_json: bool) -> None:
 
     path = _socket_for(socket_path)
     pid = daemon_pid(pid_file_for(path))
-    with Client(socket_path=path) as client:
-        raw = client.health_raw()
+    try:
+        with Client(socket_path=path) as client:
+            raw = client.health_raw()
+    except DaemonError as exc:
+        raise DaemonError(exc.message + _service_hint()) from None
     if as_json:
         click.echo(json.dumps({"pid": pid, "socket": str(path), **raw}, indent=2))
         return
     for line in _status_lines(Health.from_dict(raw), pid, path):
         click.echo(printable(line))  # model names and errors come from GGUF files
+
+
+def _service_hint() -> str:
+    """Where a service should be running the daemon and is not: where to look."""
+    from localspec.process import service
+
+    try:
+        installed = service.check_ours(service.this_platform().file(os.environ))
+    except LocalspecError:
+        return ""
+    return (
+        "; a localspec service is installed: see `localspec service status` and its logs" if installed else ""
+    )
 
 
 def _ps_lines(models: list[LoadedModel], now: datetime) -> list[str]:
