@@ -50,7 +50,7 @@ class Turns:
     """When a running reply may pause: after MIN_RUN_S of its own running, and as long as its last pause."""
 
     clock: Callable[[], float] = time.monotonic
-    since: float = field(default=0.0)
+    since: float = field(init=False)
     last_pause: float = 0.0
 
     def __post_init__(self) -> None:

@@ -184,9 +184,8 @@ class PromptCache:
         return shared
 
     def _save(self, model: LlamaModel, live: Sequence[int], draft: ModelDrafter | None) -> None:
-        if draft is not None and common_prefix(draft.seen, live) < MIN_SAVED_TOKENS:
-            draft = None  # it has not read enough of this conversation to be worth keeping
-        size = model.state_size() + (draft.model.state_size() if draft is not None else 0)
+        draft = draft_holding(draft, live)
+        size = state_bytes(model, draft)
         if size > self.limit or not room_for(size):  # checked before anything is copied
             return
         state = model.save_state()
@@ -194,6 +193,19 @@ class PromptCache:
             return
         drafts = draft.save() if draft is not None else None
         self.add(Saved(tuple(live), state, len(state), drafts))
+
+
+def draft_holding(draft: ModelDrafter | None, live: Sequence[int]) -> ModelDrafter | None:
+    """`draft` where its cache holds enough of the conversation `live` to be worth saving with the
+    target's; None where it has not read enough of it (it reads what it lacks when it next drafts)."""
+    if draft is None or common_prefix(draft.seen, live) < MIN_SAVED_TOKENS:
+        return None
+    return draft
+
+
+def state_bytes(model: LlamaModel, draft: ModelDrafter | None) -> int:
+    """What saving `model`'s cache, and `draft`'s, would copy."""
+    return model.state_size() + (draft.model.state_size() if draft is not None else 0)
 
 
 def room_for(size: int) -> bool:

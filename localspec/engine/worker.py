@@ -30,7 +30,7 @@ from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
 from localspec.engine.interleave import Turns, is_short, take_first
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
-from localspec.engine.promptcache import MIN_SAVED_TOKENS, PromptCache, room_for
+from localspec.engine.promptcache import PromptCache, draft_holding, room_for, state_bytes
 from localspec.engine.prompting import (
     NO_FORMS,
     PromptForms,
@@ -513,15 +513,14 @@ class Engine:
         as they were. Nothing is paused where the machine has no room for the copies."""
         target = self._target
         assert target is not None
-        draft = self._drafters.get("draft")
+        found = self._drafters.get("draft")
+        draft = found if isinstance(found, ModelDrafter) else None
         # The draft model's cache is kept where it holds much of this reply's conversation; else it
         # reads what it lacks at its next draft, as after any other request.
-        kept = draft if isinstance(draft, ModelDrafter) else None
-        if kept is not None and common_prefix(kept.seen, gen.tokens) < MIN_SAVED_TOKENS:
-            kept = None
+        kept = draft_holding(draft, gen.tokens)
 
         def room() -> bool:  # for the copies: asked only where a short request waits
-            return room_for(target.state_size() + (kept.model.state_size() if kept is not None else 0))
+            return room_for(state_bytes(target, kept))
 
         other = take_first(self._jobs, lambda handle: is_short(handle.request), room)
         if other is None:
@@ -535,9 +534,7 @@ class Engine:
                 self._run(other)
                 # What the short request left is kept as any conversation's cache: the editor's next
                 # completion shares most of its prompt.
-                self._prompt_cache.keep(
-                    target, self._kv_tokens, draft if isinstance(draft, ModelDrafter) else None
-                )
+                self._prompt_cache.keep(target, self._kv_tokens, draft)
             finally:
                 self._pausing = False
                 self._resume(gen, state, n_past)
