@@ -40,7 +40,7 @@ def install_command(tcp: str | None, print_only: bool) -> None:
     socket_path = _check_serves(tcp)
     argv, env = service.serve_argv(tcp), service.service_env(os.environ)
     if print_only:
-        click.echo(manager.render(argv, env, Path(os.environ.get("HOME") or Path.home())), nl=False)
+        click.echo(manager.render(argv, env, service.user_home(os.environ)), nl=False)
         return
     pid = daemon_pid(pid_file_for(socket_path))
     fresh = not service.check_ours(manager.file(os.environ))

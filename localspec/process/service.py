@@ -52,6 +52,11 @@ def run_quietly(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(list(argv), 124, "", "no answer in 60 s")
 
 
+def user_home(env: Mapping[str, str]) -> Path:
+    """The home folder the service manager reads its files from: HOME as set, else the account's."""
+    return Path(env.get("HOME") or Path.home())
+
+
 def serve_argv(tcp: str | None = None) -> list[str]:
     """What the service runs: this interpreter's localspec, in the foreground, as the manager expects."""
     return [sys.executable, "-m", "localspec", "serve", *(["--tcp", tcp] if tcp else [])]
@@ -102,7 +107,7 @@ class Manager(ABC):
         raise NotImplementedError
 
     @abstractmethod
-    def stop(self, path: Path) -> list[list[str]]:
+    def stop(self) -> list[list[str]]:
         raise NotImplementedError
 
     def forget(self) -> list[list[str]]:
@@ -121,7 +126,7 @@ class Systemd(Manager):
     name = "systemd"
 
     def file(self, env: Mapping[str, str]) -> Path:
-        config = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
+        config = env.get("XDG_CONFIG_HOME") or str(user_home(env) / ".config")
         return Path(config) / "systemd" / "user" / UNIT_NAME
 
     def render(self, argv: Sequence[str], env: Mapping[str, str], home: Path) -> str:
@@ -149,7 +154,7 @@ class Systemd(Manager):
         # restart, not start: a reinstall with other flags must replace the running daemon.
         return [["systemctl", "--user", "restart", UNIT_NAME]]
 
-    def stop(self, path: Path) -> list[list[str]]:
+    def stop(self) -> list[list[str]]:
         return [["systemctl", "--user", "disable", "--now", UNIT_NAME]]
 
     def forget(self) -> list[list[str]]:
@@ -170,7 +175,7 @@ class Launchd(Manager):
     name = "launchd"
 
     def file(self, env: Mapping[str, str]) -> Path:
-        return Path(env.get("HOME") or Path.home()) / "Library" / "LaunchAgents" / f"{AGENT_LABEL}.plist"
+        return user_home(env) / "Library" / "LaunchAgents" / f"{AGENT_LABEL}.plist"
 
     def _log(self, home: Path) -> Path:
         return home / "Library" / "Logs" / "localspec" / "serve.log"
@@ -207,7 +212,7 @@ class Launchd(Manager):
         bootout = ["-", "launchctl", "bootout", f"{self._domain()}/{AGENT_LABEL}"]
         return [bootout, ["launchctl", "bootstrap", self._domain(), str(path)]]
 
-    def stop(self, path: Path) -> list[list[str]]:
+    def stop(self) -> list[list[str]]:
         return [["-", "launchctl", "bootout", f"{self._domain()}/{AGENT_LABEL}"]]
 
     def state(self) -> list[str]:
@@ -262,7 +267,7 @@ def install(
     """Write the service file (0600, atomically), enable it and, unless told not to, start it now."""
     path = manager.file(os.environ)
     check_ours(path)
-    home = Path(os.environ.get("HOME") or Path.home())
+    home = user_home(os.environ)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     manager.prepare(home)
     write_text_atomic(path, manager.render(argv, env, home))
@@ -275,7 +280,7 @@ def uninstall(manager: Manager, *, run: Runner = run_quietly) -> Installed | Non
     path = manager.file(os.environ)
     if not check_ours(path):
         return None
-    failed = _run_all(manager.stop(path), run)
+    failed = _run_all(manager.stop(), run)
     path.unlink()
     _run_all(manager.forget(), run)
     return Installed(path, failed)
