@@ -10,20 +10,36 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from test_engine import TINY, make_engine
 
 from localspec.engine import interleave
-from localspec.engine.config import EngineConfig
+from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.drafters.base import Drafter
-from localspec.engine.interleave import SHORT_MAX_TOKENS, SHORT_PROMPT_CHARS, Turns, is_short, take_first
+from localspec.engine.interleave import (
+    SHORT_MAX_TOKENS,
+    SHORT_PROMPT_CHARS,
+    Turns,
+    is_short,
+    take_first,
+    waiting,
+)
 from localspec.engine.llama import LlamaModel
 from localspec.engine.speculative import FixedPolicy, Generation, StepContext
 from localspec.engine.worker import Engine, Handle
 from localspec.errors import LocalspecError
-from localspec.types import ChatMessage, FileChunk, GenerationRequest, SamplingParams, SpecParams
+from localspec.types import (
+    ChatMessage,
+    FileChunk,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    SpecParams,
+    TokenChunk,
+)
 
 LONG = 900
 
@@ -108,6 +124,64 @@ def test_short_requests_come_in_turns_with_the_long_reply(endless: Engine) -> No
     assert chunks
 
 
+READ_BATCH = 32  # llama.cpp's chunk in the read tests: a long prompt is many of them
+LONG_PROMPT = " ".join(f"line {i} of the file" for i in range(80))  # a few hundred tokens
+
+
+def slow_reads(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Each chunk of a prompt read takes 50 ms more, as a long prompt's do on a CPU; the event is
+    set once one is read (steps, of a few tokens, are left alone)."""
+    reading = threading.Event()
+    fill = LlamaModel._fill_batch
+
+    def slowly(model: LlamaModel, chunk: Sequence[int], offset: int, first_logit: int) -> None:
+        if len(chunk) >= READ_BATCH:
+            reading.set()
+            time.sleep(0.05)
+        fill(model, chunk, offset, first_logit)
+
+    monkeypatch.setattr(LlamaModel, "_fill_batch", slowly)
+    return reading
+
+
+@pytest.mark.parametrize(
+    ("load", "short_prompt"),
+    [
+        (replace(TINY, n_batch=READ_BATCH), "def f(a):\n    "),
+        # Fast loading with the plain copy reading prompts, and a short request long enough to be
+        # read by the copy too: the paused read's positions must come back from the model's cache.
+        (LoadOptions(n_ctx=1024, n_threads=1, n_batch=READ_BATCH, plain_prefill=True), LONG_PROMPT[:300]),
+    ],
+    ids=["exact", "plain copy"],
+)
+def test_a_short_request_runs_while_a_long_prompt_is_read(
+    tiny_endless: Path, monkeypatch: pytest.MonkeyPatch, load: LoadOptions, short_prompt: str
+) -> None:
+    """An agent's long prompt takes a minute to read on a CPU: a completion sent meanwhile runs
+    between two of its chunks, not after the whole read, and the long reply is unchanged."""
+    monkeypatch.setattr(interleave, "MIN_RUN_S", 0.0)
+    long_req = GenerationRequest(prompt=LONG_PROMPT, max_tokens=64, cache_prompt=False)
+    short_req = GenerationRequest(prompt=short_prompt, max_tokens=8, cache_prompt=False)
+    with make_engine(tiny_endless, load=load) as engine:
+        alone_long, alone_short = engine.generate(long_req), engine.generate(short_req)
+        assert alone_long.stats.prompt_tokens > 8 * READ_BATCH
+        reading = slow_reads(monkeypatch)
+        submitted = time.monotonic()
+        long = engine.submit(long_req)
+        assert reading.wait(30)
+        short = engine.submit(short_req)
+        first = long.next_event()
+        first_at = time.monotonic()
+        # By the long reply's first token, the short request has run to its end.
+        short_result = short.take()[-1]
+        assert isinstance(first, TokenChunk) and isinstance(short_result, GenerationResult)
+        list(long)
+    assert long.result is not None and long.result.token_ids == alone_long.token_ids
+    assert short_result.token_ids == alone_short.token_ids
+    # The pause is not the long reply's time to first token, though its client waited.
+    assert long.result.stats.ttft_s + short_result.stats.elapsed_s <= first_at - submitted
+
+
 def test_is_short() -> None:
     assert is_short(GenerationRequest(prompt="x", max_tokens=SHORT_MAX_TOKENS))
     assert not is_short(GenerationRequest(prompt="x", max_tokens=SHORT_MAX_TOKENS + 1))
@@ -138,6 +212,8 @@ def test_take_first_takes_the_first_wanted_and_keeps_the_order() -> None:
     jobs: queue.Queue[int | None] = queue.Queue(maxsize=4)
     for job in (1, 2, 3, None):
         jobs.put(job)
+    assert waiting(jobs, lambda job: job == 2) and not waiting(jobs, lambda job: job > 3)
+    assert jobs.qsize() == 4  # only read
     assert take_first(jobs, lambda j: j % 2 == 0) == 2
     assert take_first(jobs, lambda j: j > 5) is None
     assert take_first(jobs, lambda j: j == 3, room=lambda: False) is None  # no room for the copies

@@ -18,7 +18,7 @@ import pytest
 from cancelpoints import SetWhen
 
 from localspec.engine.config import EngineConfig, LoadOptions
-from localspec.engine.llama import PREFILL_MIN, LlamaModel
+from localspec.engine.llama import PREFILL_MIN, LlamaModel, ReadPaused
 from localspec.engine.prefill import attach_plain_prefill
 from localspec.engine.worker import Engine
 from localspec.errors import RequestCancelledError
@@ -90,6 +90,43 @@ def test_short_inputs_stay_on_the_model_and_a_cancelled_read_keeps_its_chunks(ti
         assert split.n_past == cached_positions(split) == PREFILL_MIN - 1 + 2 * OPTIONS.n_batch
     finally:
         split.close()
+
+
+@pytest.mark.parametrize("copy", [False, True], ids=["model", "plain copy"])
+def test_a_read_paused_between_chunks_goes_on_after_another_input_as_if_it_had_not(
+    tiny_target: Path, copy: bool
+) -> None:
+    """A short request runs in a long prompt's read (engine.interleave): the read stops between two
+    chunks with the model holding them, the model serves another input (read by the plain copy too,
+    which holds the paused read's positions no more), the saved cache goes back, and the read goes
+    on to the logits the model alone gives."""
+    alone = LlamaModel(tiny_target, OPTIONS)
+    model = with_prefill(tiny_target) if copy else LlamaModel(tiny_target, OPTIONS)
+    try:
+        prompt = tokens(alone, 300)
+        alone.decode(prompt, 1)
+        asked: list[int] = []
+
+        def pause() -> bool:  # asked between chunks only: never before the first
+            asked.append(model._prefill.n_past if copy and model._prefill is not None else model.n_past)
+            return len(asked) == 2
+
+        with pytest.raises(ReadPaused) as stopped:
+            model.decode(prompt, 1, pause=pause)
+        assert asked == [OPTIONS.n_batch, 2 * OPTIONS.n_batch] and stopped.value.seconds > 0
+        assert model.n_past == cached_positions(model) == 2 * OPTIONS.n_batch  # held by the model
+        n_past, state = model.n_past, model.save_state()
+        model.reset()
+        # Another request's input, longer than the paused read's: the copy reads it, and holds more
+        # positions than the saved cache, none of them its.
+        model.decode(prompt[::-1][:200], 1)
+        model.load_state(state, n_past)
+        model.decode(prompt[n_past:], 1, pause=lambda: False)
+        assert model.n_past == cached_positions(model) == len(prompt)
+        np.testing.assert_allclose(model.logits(-1), alone.logits(-1), atol=ATOL)
+    finally:
+        alone.close()
+        model.close()
 
 
 def test_an_input_short_against_the_cache_stays_on_the_model(tiny_target: Path) -> None:

@@ -8,6 +8,10 @@ two of its steps: the target's cache (and the draft model's) is saved in memory,
 runs whole, and the long reply's cache is loaded back, bytes as they were, so its reply is the one
 it would have written alone and goes on from the next step.
 
+A reply pauses while its prompt is read, too, between two of llama.cpp's chunks (n_batch
+tokens, a few seconds on a CPU): an agent's 10,000-token prompt takes a minute and more to read
+there, and a completion sent meanwhile waited for all of it.
+
 This module holds the rules: what counts as short, and when a running reply may pause. The long
 reply keeps at least half the model: it runs at least as long as its last pause lasted, and at
 least MIN_RUN_S, before it pauses again, so a stream of completions cannot starve it.
@@ -62,6 +66,21 @@ class Turns:
     def paused(self, seconds: float) -> None:
         self.last_pause = seconds
         self.since = self.clock()
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """How a running reply hands the model over: `due` says a short request waits and the reply may
+    pause for it now; `run` runs it, and leaves the reply's caches as they were."""
+
+    due: Callable[[], bool]
+    run: Callable[[], None]
+
+
+def waiting(jobs: queue.Queue[T | None], wanted: Callable[[T], bool]) -> bool:
+    """Whether a queued job `wanted` accepts waits (read as take_first reads it, nothing removed)."""
+    with jobs.mutex:
+        return any(job is not None and wanted(job) for job in jobs.queue)
 
 
 def take_first(

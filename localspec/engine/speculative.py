@@ -31,7 +31,8 @@ import numpy.typing as npt
 
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter, Preparing
-from localspec.engine.llama import LlamaModel
+from localspec.engine.interleave import Interrupt
+from localspec.engine.llama import LlamaModel, ReadPaused
 from localspec.engine.sampling import (
     Draws,
     adjusted,
@@ -173,6 +174,7 @@ class Generation:
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
         scored: Sequence[TokenLogprob] = (),
+        interrupt: Interrupt | None = None,
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
 
@@ -183,6 +185,8 @@ class Generation:
         `prompt_logprobs`: the same for every prompt token (GenerationRequest's); `scored`: the
         entries, with as many alternatives, of a prefix of this prompt scored by the last request,
         kept where the target still holds that prefix.
+        `interrupt`: while the prompt is read, between two of llama.cpp's chunks, a short request
+        may run (engine.interleave); the caller pauses the reply between chunks it yields.
         """
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
@@ -223,6 +227,7 @@ class Generation:
         self._drafted_total = 0  # tokens drafted over all steps, for mean_k
         self._redecide_s = 0.0  # this step's near-tie decodes
         self._paused_s = 0.0  # spent on other requests between steps (engine.interleave): not this one's
+        self.interrupt = interrupt
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -250,8 +255,7 @@ class Generation:
             else:
                 # What the policy does with the prompt alone it does while the target reads the
                 # prompt: on a GPU at the same time; on the CPU in the time to first token.
-                prompt = self.prompt[self.reuse :]
-                self.stats.target_s += self.target.decode(prompt, 1, self.cancel, self._prepare)
+                self.stats.target_s += self._read(self.prompt[self.reuse :])
         except RequestCancelledError:  # stopped while the prompt was read: no tokens, the cache intact
             self.finish = "cancelled"
             self._close(t0)
@@ -260,7 +264,7 @@ class Generation:
             yield TokenChunk("", tuple(self.prompt), 0, self._scored, prompt=True)
         if self.max_tokens <= 0:  # a warm-up: the prompt is in the cache, nothing to generate
             self.finish = "length"
-            self.stats.ttft_s = time.perf_counter() - t0
+            self.stats.ttft_s = time.perf_counter() - t0 - self._paused_s
             self._close(t0)
             return
         raw = self.target.logits(-1)
@@ -279,6 +283,20 @@ class Generation:
         if tail:
             yield TokenChunk(tail, ())
         self._close(t0)
+
+    def _read(self, prompt: Sequence[int]) -> float:
+        """Decode the prompt's uncached tokens; between two chunks, where `interrupt` says one is
+        due, pause for a short request. llama.cpp's seconds on it."""
+        start, seconds = self.target.n_past, 0.0
+        due = self.interrupt.due if self.interrupt is not None else None
+        while True:
+            rest = prompt[self.target.n_past - start :]
+            try:
+                return seconds + self.target.decode(rest, 1, self.cancel, self._prepare, due)
+            except ReadPaused as stop:
+                seconds += stop.seconds
+                assert self.interrupt is not None
+                self.interrupt.run()  # within self.paused(), as between steps
 
     def _score_prompt(self) -> None:
         """Read the prompt with every position's logits, each prompt token scored by the logits of the
@@ -508,7 +526,7 @@ class Generation:
         if self.finish is None and self.constraint is not None and self.constraint.finished:
             self.finish = "stop"  # the grammar allows nothing but the end: no decode to learn it
         if kept and self.stats.ttft_s == 0.0:
-            self.stats.ttft_s = time.perf_counter() - t0
+            self.stats.ttft_s = time.perf_counter() - t0 - self._paused_s
         if kept or text:
             noted = tuple(step.logprobs[: len(kept)])
             yield TokenChunk(text, tuple(kept), min(step.from_draft, len(kept)), noted)

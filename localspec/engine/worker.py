@@ -27,7 +27,7 @@ from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schem
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
-from localspec.engine.interleave import Turns, is_short, take_first
+from localspec.engine.interleave import Interrupt, Turns, is_short, take_first, waiting
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
 from localspec.engine.promptcache import PromptCache, draft_holding, room_for, state_bytes
@@ -164,6 +164,11 @@ class Handle:
             pass
         assert self.result is not None
         return self.result
+
+
+def _short(job: Handle) -> bool:
+    """Whether `job` may run while a long reply pauses for it (engine.interleave)."""
+    return is_short(job.request)
 
 
 def _on_a_thread_of_its_own(work: Callable[[], None]) -> None:
@@ -463,6 +468,7 @@ class Engine:
         self.info.saved_prompts, self.info.saved_prompt_bytes = self._prompt_cache.stats()
         self._kv_tokens = []  # unknown until this request ends cleanly
         scored = self._scored_prefix(req, tokens)
+        interrupt = self._interrupt(lambda: gen)
         gen = Generation(
             self._target,
             tokens,
@@ -480,18 +486,17 @@ class Engine:
             logprobs=req.logprobs,
             prompt_logprobs=req.prompt_logprobs,
             scored=scored,
+            interrupt=interrupt,
         )
         gen.stats.fallback_reason = reason
         gen.stats.dropped_messages = req.dropped_messages
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
-        # RPC workers' caches are not saved (as for prompt caches): their replies never pause.
-        turns = None if self._pausing or self.config.load.rpc else Turns()
         for chunk in gen.run():
             out = chunk if calls is None else replace(chunk, text=calls.push(chunk.text))
             if job.stream:
                 job.put(out)
-            if turns is not None and self._jobs.qsize() and turns.due():
-                self._pause_for_short(gen, turns)
+            if interrupt is not None and interrupt.due():
+                interrupt.run()
         assert gen.result is not None
         if req.prediction:
             predicted = self._target.tokenize(req.prediction, add_special=False, parse_special=False)
@@ -508,6 +513,17 @@ class Engine:
             job.put(TokenChunk(tail, ()))
         return result
 
+    def _interrupt(self, reply: Callable[[], Generation]) -> Interrupt | None:
+        """How the reply `reply()` hands the model to short requests waiting behind it; None where
+        it never does: it is one itself, or its target runs on RPC workers (whose caches are not
+        saved, as for prompt caches)."""
+        if self._pausing or self.config.load.rpc:
+            return None
+        turns = Turns()
+        return Interrupt(
+            lambda: turns.due() and waiting(self._jobs, _short), lambda: self._pause_for_short(reply(), turns)
+        )
+
     def _pause_for_short(self, gen: Generation, turns: Turns) -> None:
         """Run a short request waiting behind `gen` (engine.interleave), then put `gen`'s caches back
         as they were. Nothing is paused where the machine has no room for the copies."""
@@ -522,7 +538,7 @@ class Engine:
         def room() -> bool:  # for the copies: asked only where a short request waits
             return room_for(state_bytes(target, kept))
 
-        other = take_first(self._jobs, lambda handle: is_short(handle.request), room)
+        other = take_first(self._jobs, _short, room)
         if other is None:
             return
         start = time.monotonic()
