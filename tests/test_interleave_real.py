@@ -1,13 +1,15 @@
 """An editor's completion while a chat streams, on the real 1.5B through the real openai package.
 
-What a person meets with one model for both: the agent (or chat) writes a long reply and the
-editor asks for a fill-in-the-middle completion meanwhile. The completion must come back while
-the reply is still streaming, and the reply must be the one written without it (greedy, `none`:
-one-token steps, so no learnt cost can change its batch widths; each prompt read whole).
+What a person meets with one model for both: the agent (or chat) writes a long reply, or sends a
+long prompt, and the editor asks for a fill-in-the-middle completion meanwhile. The completion must
+come back while the reply is still streaming, or before its prompt is read, and the reply must be
+the one written without it (greedy, `none`: one-token steps, so no learnt cost can change its batch
+widths; each prompt read whole).
 """
 
 from __future__ import annotations
 
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from daemonproc import Daemon, start_real_daemon
+from openai import OpenAI
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -35,6 +38,19 @@ def daemon(
     assert d.stop() == 0, d.log()
 
 
+def fim(client: OpenAI, when: dict[str, float], completion: list[str]) -> None:
+    """The editor's completion, as llama.vim or Continue asks for it; its text and when it came back."""
+    out = client.completions.create(
+        model=MODEL,
+        prompt="def add(a, b):\n    ",
+        suffix="\n\nprint(add(1, 2))\n",
+        max_tokens=24,
+        temperature=0,
+    )
+    completion.append(out.choices[0].text)
+    when["completion"] = time.monotonic()
+
+
 def test_a_completion_while_a_chat_streams(daemon: Daemon) -> None:
     client = daemon.openai()
     ask = {"model": MODEL, "messages": CHAT, "max_tokens": 320, "temperature": 0, "extra_body": PLAIN}
@@ -42,20 +58,8 @@ def test_a_completion_while_a_chat_streams(daemon: Daemon) -> None:
 
     when: dict[str, float] = {}
     completion: list[str] = []
-
-    def complete() -> None:
-        fim = client.completions.create(
-            model=MODEL,
-            prompt="def add(a, b):\n    ",
-            suffix="\n\nprint(add(1, 2))\n",
-            max_tokens=24,
-            temperature=0,
-        )
-        completion.append(fim.choices[0].text)
-        when["completion"] = time.monotonic()
-
     parts: list[str] = []
-    editor = threading.Thread(target=complete)
+    editor = threading.Thread(target=fim, args=(client, when, completion))
     for chunk in client.chat.completions.create(**ask, stream=True):  # type: ignore[call-overload]
         text = chunk.choices[0].delta.content if chunk.choices else None
         if text:
@@ -66,4 +70,38 @@ def test_a_completion_while_a_chat_streams(daemon: Daemon) -> None:
     editor.join(120)
     assert completion and completion[0].strip(), daemon.log()
     assert when["completion"] < when["chat"]  # served while the chat's reply paused, not after it
+    assert "".join(parts) == alone
+
+
+def test_a_completion_while_an_agents_long_prompt_is_read(daemon: Daemon) -> None:
+    """shlex.py's first 6,000 characters, ~1,600 tokens (the test daemon's context is 2,048): 5 s
+    and more to read on a 2-core CPU. The completion, sent a second in, runs between two of the
+    read's chunks, and the agent's reply is the one it has alone."""
+    client = daemon.openai()
+    source = (Path(sysconfig.get_paths()["stdlib"]) / "shlex.py").read_text()[:6000]
+    task = f"Rename the class `shlex` to `Lexer` in this module.\n\n```python\n{source}```"
+    ask = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": task}],
+        "max_tokens": 16,
+        "temperature": 0,
+        "extra_body": PLAIN,
+    }
+    alone = client.chat.completions.create(**ask).choices[0].message.content  # type: ignore[call-overload]
+    assert alone
+
+    when: dict[str, float] = {}
+    completion: list[str] = []
+    parts: list[str] = []
+    editor = threading.Timer(1.0, fim, args=(client, when, completion))
+    editor.start()
+    for chunk in client.chat.completions.create(**ask, stream=True):  # type: ignore[call-overload]
+        text = chunk.choices[0].delta.content if chunk.choices else None
+        if text:
+            if not parts:
+                when["first token"] = time.monotonic()
+            parts.append(text)
+    editor.join(120)
+    assert completion and completion[0].strip(), daemon.log()
+    assert when["completion"] < when["first token"]  # served during the read, not after it
     assert "".join(parts) == alone
