@@ -179,6 +179,10 @@ class GenerationRequest:
     # `dropped_messages` says how many went (reported in the stats).
     truncate: bool = False
     dropped_messages: int = 0
+    # Stream how far the prompt's read has got (llama-server's `return_progress`): chunks with
+    # `progress` set and nothing else, before the first token. A 10,000-token prompt takes a
+    # minute to read on a CPU; without them a client sees nothing until the first token.
+    progress: bool = False
 
 
 @dataclass
@@ -252,6 +256,8 @@ class TokenChunk:
 
     `prompt`: the chunk is the prompt scored (GenerationRequest.prompt_logprobs), sent before the
     first generated token: its ids are the prompt's, its text empty, its logprobs one per id.
+    `progress`: the chunk says how far the prompt's read has got (GenerationRequest.progress), and
+    has no text or tokens.
     """
 
     text: str
@@ -259,6 +265,19 @@ class TokenChunk:
     from_draft: int = 0
     logprobs: tuple[TokenLogprob, ...] = ()
     prompt: bool = False
+    progress: PromptProgress | None = None
+
+
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far a prompt's read has got: `processed` of its `total` tokens are in the cache, the
+    first `cached` of them from an earlier request; `seconds` since the read began (pauses for
+    other requests left out). llama-server's prompt_progress: total, cache, processed, time_ms."""
+
+    total: int
+    cached: int
+    processed: int
+    seconds: float
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,12 @@ PLAIN = {"speculative": {"method": "none"}, "cache_prompt": False}
 
 
 @pytest.fixture(scope="module")
+def client(daemon: Daemon) -> Iterator[OpenAI]:
+    with daemon.openai() as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
 def daemon(
     tmp_path_factory: pytest.TempPathFactory, qwen_target: Path, daemon_curves: Path
 ) -> Iterator[Daemon]:
@@ -51,8 +57,7 @@ def fim(client: OpenAI, when: dict[str, float], completion: list[str]) -> None:
     when["completion"] = time.monotonic()
 
 
-def test_a_completion_while_a_chat_streams(daemon: Daemon) -> None:
-    client = daemon.openai()
+def test_a_completion_while_a_chat_streams(daemon: Daemon, client: OpenAI) -> None:
     ask = {"model": MODEL, "messages": CHAT, "max_tokens": 320, "temperature": 0, "extra_body": PLAIN}
     alone = client.chat.completions.create(**ask).choices[0].message.content  # type: ignore[call-overload]
 
@@ -73,11 +78,10 @@ def test_a_completion_while_a_chat_streams(daemon: Daemon) -> None:
     assert "".join(parts) == alone
 
 
-def test_a_completion_while_an_agents_long_prompt_is_read(daemon: Daemon) -> None:
+def test_a_completion_while_an_agents_long_prompt_is_read(daemon: Daemon, client: OpenAI) -> None:
     """shlex.py's first 6,000 characters, ~1,600 tokens (the test daemon's context is 2,048): 5 s
     and more to read on a 2-core CPU. The completion, sent a second in, runs between two of the
     read's chunks, and the agent's reply is the one it has alone."""
-    client = daemon.openai()
     source = (Path(sysconfig.get_paths()["stdlib"]) / "shlex.py").read_text()[:6000]
     task = f"Rename the class `shlex` to `Lexer` in this module.\n\n```python\n{source}```"
     ask = {

@@ -105,15 +105,17 @@ def test_a_read_paused_between_chunks_goes_on_after_another_input_as_if_it_had_n
     try:
         prompt = tokens(alone, 300)
         alone.decode(prompt, 1)
-        asked: list[int] = []
+        asked: list[tuple[int, int]] = []
 
-        def pause() -> bool:  # asked between chunks only: never before the first
-            asked.append(model._prefill.n_past if copy and model._prefill is not None else model.n_past)
+        def between(done: int) -> bool:  # asked between chunks only: never before the first
+            reader = model._prefill if copy and model._prefill is not None else model
+            asked.append((done, reader.n_past))
             return len(asked) == 2
 
         with pytest.raises(ReadPaused) as stopped:
-            model.decode(prompt, 1, pause=pause)
-        assert asked == [OPTIONS.n_batch, 2 * OPTIONS.n_batch] and stopped.value.seconds > 0
+            model.decode(prompt, 1, between=between)
+        chunk = OPTIONS.n_batch
+        assert asked == [(chunk, chunk), (2 * chunk, 2 * chunk)] and stopped.value.seconds > 0
         assert model.n_past == cached_positions(model) == 2 * OPTIONS.n_batch  # held by the model
         n_past, state = model.n_past, model.save_state()
         model.reset()
@@ -121,7 +123,7 @@ def test_a_read_paused_between_chunks_goes_on_after_another_input_as_if_it_had_n
         # positions than the saved cache, none of them its.
         model.decode(prompt[::-1][:200], 1)
         model.load_state(state, n_past)
-        model.decode(prompt[n_past:], 1, pause=lambda: False)
+        model.decode(prompt[n_past:], 1, between=lambda _done: False)
         assert model.n_past == cached_positions(model) == len(prompt)
         np.testing.assert_allclose(model.logits(-1), alone.logits(-1), atol=ATOL)
     finally:

@@ -199,6 +199,27 @@ async def test_escape_during_a_long_prompt_stops_at_once_and_the_daemon_cancels_
         await wait_until(pilot, lambda: not app.generating and app.chat.messages[-1].role == "assistant")
 
 
+async def test_a_long_prompt_shows_how_far_its_read_has_got(new_app: Callable[..., ChatApp]) -> None:
+    """A pasted file takes seconds to read (a minute on a CPU for a big one): the stats bar says how
+    much of it is read, and how fast, until the first token, where the speeds take over."""
+    app = new_app(max_tokens=4, method="none")
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot, app)
+        # About 12,000 tokens, none of them cached: another test's long prompt starts otherwise.
+        app.query_one(PromptInput).text = "a value " + "the model is " * 4000
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "prompt tokens" in app.query_one(StatsBar).speed_text)
+        seen = app.query_one(StatsBar).speed_text
+        assert seen.startswith("reading ") and "/12," in seen, seen
+        live = app.last_live
+        assert live is not None and live.reading is not None and live.tokens == 0
+        assert live.reading.processed < live.reading.total
+        await wait_until(pilot, lambda: not app.generating and app.chat.messages[-1].role == "assistant")
+        assert live.reading.processed == live.reading.total  # the last report: all of it read
+        await wait_until(pilot, lambda: "tok/s" in app.query_one(StatsBar).speed_text)
+        assert "prompt tokens" not in app.query_one(StatsBar).speed_text
+
+
 async def test_palette_shows_the_pick_draft_choice(
     new_app: Callable[..., ChatApp], tiny_target: Path
 ) -> None:

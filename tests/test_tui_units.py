@@ -11,7 +11,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import Static
 
 from localspec.client import Health
-from localspec.types import ChatMessage, GenerationStats
+from localspec.types import ChatMessage, GenerationStats, PromptProgress
 from tui.chats import Chat, ChatNotFoundError, ChatStore
 from tui.live_stats import BUCKET_S, LiveStats
 from tui.widgets.stats_bar import StatsBar, format_bytes, models_line, speed_line
@@ -73,6 +73,17 @@ def test_speed_and_models_lines() -> None:
     assert line == "123 tok/s · TTFT 1.50 s · draft k=3 · accept 75% · mean len 2.25 · 3.0 GB"
     assert len(line) <= 78  # one line of an 80-column terminal
     assert format_bytes(None) == "mem ?"
+    # Before the first token of a long prompt: how much of it is read, how fast, how long is left.
+    reading = LiveStats(started=0.0)
+    reading.reading = PromptProgress(total=12_002, cached=2, processed=2_050, seconds=8.0)
+    line = speed_line(reading, 8.0, "auto", 4, 3 << 30)
+    assert line == "reading 2,050/12,002 prompt tokens · 256 tok/s · ~38.88 s left · 3.0 GB"
+    assert len(line) <= 78
+    reading.reading = PromptProgress(total=12_002, cached=0, processed=0, seconds=0.0)
+    assert speed_line(reading, 8.0, "auto", 4, 3 << 30) == "reading 0/12,002 prompt tokens · 3.0 GB"
+    reading.add(1, 0, 9.0)  # the first token: speeds again
+    assert "tok/s" in speed_line(reading, 9.1, "auto", 4, None)
+    assert "reading" not in speed_line(reading, 9.1, "auto", 4, None)
     health = Health(status="ready", model="t", draft=None, draft_error="tokenizers differ")
     assert models_line(health) == "target t · draft none (tokenizers differ)"
     exact = Health(status="ready", model="t", draft="d", exact=True)

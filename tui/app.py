@@ -228,7 +228,12 @@ class ChatApp(App[None]):
         client = self.connection.client
         client.model = self.model or DEFAULT_MODEL
         events = client.chat_stream(
-            messages, max_tokens=self.max_tokens, speculative=spec, abort=reply.abort, truncate=True
+            messages,
+            max_tokens=self.max_tokens,
+            speculative=spec,
+            abort=reply.abort,
+            truncate=True,
+            progress=True,
         )
         read_stream(events, reply.id, reply.buffer, self.post_message, lambda: worker.is_cancelled)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from localspec.types import GenerationStats
+from localspec.types import GenerationStats, PromptProgress
 
 WINDOW_S = 1.0  # "tokens/s now" is measured over the last second
 BUCKET_S = 0.1  # one sparkline point per tenth of a second
@@ -27,6 +27,7 @@ class LiveStats:
     first_at: float | None = None
     last_at: float | None = None
     final: GenerationStats | None = None
+    reading: PromptProgress | None = None  # how far the prompt's read has got, before the first token
     _recent: deque[tuple[float, int]] = field(default_factory=deque)
     _buckets: list[int] = field(default_factory=list)
 

@@ -101,7 +101,11 @@ class Reply:
             return
         for chunk, at in items:
             self.live.add(len(chunk.token_ids), chunk.from_draft, at)
-        chunks = [chunk for chunk, _ in items]
+            if chunk.progress is not None:
+                self.live.reading = chunk.progress
+        chunks = [chunk for chunk, _ in items if chunk.progress is None]
+        if not chunks:
+            return
         self.parts.extend(chunk.text for chunk in chunks)
         await self.output.write(chunks)
 

@@ -30,6 +30,7 @@ from localspec.types import (
     GenerationRequest,
     GenerationResult,
     GenerationStats,
+    PromptProgress,
     SamplingParams,
     SpecParams,
     TokenChunk,
@@ -263,11 +264,14 @@ class Client:
         speculative: SpecParams | None = None,
         abort: StreamAbort | None = None,
         truncate: bool = False,
+        progress: bool = False,
     ) -> EventStream:
         """`truncate`: where the conversation does not fit the context, its oldest messages are left
-        out (the result's stats.dropped_messages says how many), as Ollama's chat does."""
+        out (the result's stats.dropped_messages says how many), as Ollama's chat does.
+        `progress`: chunks with `progress` set, and nothing else, say how far the prompt's read has
+        got before the first token."""
         request = _build(tuple(messages), None, None, max_tokens, sampling, stop, speculative)
-        return self.stream(dataclasses.replace(request, truncate=truncate), abort)
+        return self.stream(dataclasses.replace(request, truncate=truncate, progress=progress), abort)
 
     def chat(
         self,
@@ -346,6 +350,8 @@ def _request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str
         "stream": True,
         "speculative": {"method": request.speculative.method, "k": request.speculative.k},
     }
+    if request.progress:
+        body["return_progress"] = True
     if request.messages:
         body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
         if request.truncate:
@@ -380,9 +386,19 @@ def _event(data: dict[str, Any], texts: list[str], ids: list[int]) -> StreamEven
         stats_data = {k: v for k, v in (data.get("localspec") or {}).items() if k in _STATS_FIELDS}
         reason: FinishReason = "length" if finish == "length" else "stop"
         return GenerationResult("".join(texts), tuple(ids), reason, GenerationStats(**stats_data))
+    read = data.get("prompt_progress")
+    if isinstance(read, dict):
+        return TokenChunk("", (), progress=_progress(read))
     text = (choice["delta"].get("content") if "delta" in choice else choice.get("text")) or ""
     extra = data.get("localspec") or {}
     return TokenChunk(text, tuple(extra.get("token_ids", ())), int(extra.get("from_draft", 0)))
+
+
+def _progress(read: dict[str, Any]) -> PromptProgress:
+    """llama-server's prompt_progress as the engine's (time_ms in seconds)."""
+    return PromptProgress(
+        int(read["total"]), int(read["cache"]), int(read["processed"]), float(read["time_ms"]) / 1000
+    )
 
 
 def _error(status: int, error: Any) -> LocalspecError:

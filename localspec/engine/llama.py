@@ -133,7 +133,7 @@ def _copy_sequence(src: llama_cpp.llama_context_p, dst: llama_cpp.llama_context_
 
 
 class ReadPaused(Exception):
-    """A decode stopped between two chunks because its `pause` said so (not an error): n_past ends
+    """A decode stopped between two chunks because `between` said so (not an error): n_past ends
     after the chunks read, which stay cached; `seconds` were spent in llama.cpp on them."""
 
     def __init__(self, seconds: float) -> None:
@@ -397,7 +397,7 @@ class LlamaModel:
         n_logits: int = 1,
         cancel: threading.Event | None = None,
         meanwhile: Callable[[], None] | None = None,
-        pause: Callable[[], bool] | None = None,
+        between: Callable[[int], bool] | None = None,
     ) -> float:
         """Append `tokens` at position n_past; keep logits for the last `n_logits` of them.
 
@@ -409,24 +409,25 @@ class LlamaModel:
         `meanwhile` runs once, after the last chunk is handed to llama.cpp and before it is
         waited for: where llama.cpp computes asynchronously (CUDA, Metal) the two overlap; on the
         CPU it runs after. Its own time is not counted in the seconds returned.
-        `pause` is asked between two chunks whether to stop there: True raises ReadPaused, with
-        n_past after the chunks read and this model holding them (also where the plain copy read
-        them), so another request may use the model before the rest is decoded.
+        `between` hears, between two chunks, how many of `tokens` are decoded, and says whether to
+        stop there: True raises ReadPaused, with n_past after the chunks read and this model holding
+        them (also where the plain copy read them), so another request may use the model before the
+        rest is decoded.
         """
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextOverflowError(self.n_past + len(tokens), self.n_ctx)
         if self._prefill is not None and len(tokens) >= max(PREFILL_MIN, self.n_past / PREFILL_PER_CACHED):
-            return self._decode_by_prefill(self._prefill, tokens, n_logits, cancel, meanwhile, pause)
+            return self._decode_by_prefill(self._prefill, tokens, n_logits, cancel, meanwhile, between)
         self._out_ctx = self._ctx
         if cancel is None:
-            return self._decode(tokens, n_logits, None, meanwhile, pause)
+            return self._decode(tokens, n_logits, None, meanwhile, between)
         # Installed only for this call: the callback runs once per graph node and takes the GIL
         # each time, which costs nothing next to a prompt chunk but would slow one-token steps.
         # The local `abort` keeps the ctypes callback alive until it is uninstalled.
         abort = llama_cpp.ggml_abort_callback(lambda _data: cancel.is_set())
         llama_cpp.llama_set_abort_callback(self._ctx, abort, None)
         try:
-            return self._decode(tokens, n_logits, cancel, meanwhile, pause)
+            return self._decode(tokens, n_logits, cancel, meanwhile, between)
         finally:
             llama_cpp.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
 
@@ -436,7 +437,7 @@ class LlamaModel:
         n_logits: int,
         cancel: threading.Event | None,
         meanwhile: Callable[[], None] | None = None,
-        pause: Callable[[], bool] | None = None,
+        between: Callable[[int], bool] | None = None,
     ) -> float:
         spent = 0.0
         size = self.options.n_batch
@@ -444,7 +445,7 @@ class LlamaModel:
         for start in range(0, len(tokens), size):
             if cancel is not None and cancel.is_set():
                 raise _cancelled(start, len(tokens))
-            if start and pause is not None and pause():
+            if start and between is not None and between(start):
                 raise ReadPaused(spent)
             chunk = tokens[start : start + size]
             self._fill_batch(chunk, start, first_logit)
@@ -536,7 +537,7 @@ class LlamaModel:
         n_logits: int,
         cancel: threading.Event | None,
         meanwhile: Callable[[], None] | None,
-        pause: Callable[[], bool] | None,
+        between: Callable[[int], bool] | None,
     ) -> float:
         """Decode `tokens` on the plain copy, then take its cache over: the same positions, the
         values up to float rounding (as any other batch size's). Cancelled or paused, the chunks it
@@ -559,7 +560,7 @@ class LlamaModel:
             llama_cpp.llama_memory_seq_rm(plain._memory, 0, self.n_past, -1)
         plain.n_past = self.n_past
         try:
-            plain.decode(tokens, n_logits, cancel, timed, pause)
+            plain.decode(tokens, n_logits, cancel, timed, between)
         finally:
             _copy_sequence(plain._ctx, self._ctx, self._memory)
             self.n_past = self._prefill_valid = plain.n_past

@@ -22,7 +22,7 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +48,7 @@ from localspec.types import (
     FinishReason,
     GenerationResult,
     GenerationStats,
+    PromptProgress,
     SamplingParams,
     TokenChunk,
     TokenLogprob,
@@ -175,6 +176,7 @@ class Generation:
         prompt_logprobs: int | None = None,
         scored: Sequence[TokenLogprob] = (),
         interrupt: Interrupt | None = None,
+        progress: Callable[[PromptProgress], None] | None = None,
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
 
@@ -187,6 +189,8 @@ class Generation:
         kept where the target still holds that prefix.
         `interrupt`: while the prompt is read, between two of llama.cpp's chunks, a short request
         may run (engine.interleave); the caller pauses the reply between chunks it yields.
+        `progress` hears how far the prompt's read has got: as it begins, between two of its
+        chunks, and once it is read.
         """
         if len(prompt) >= target.n_ctx:
             raise ContextOverflowError(len(prompt), target.n_ctx)
@@ -228,6 +232,7 @@ class Generation:
         self._redecide_s = 0.0  # this step's near-tie decodes
         self._paused_s = 0.0  # spent on other requests between steps (engine.interleave): not this one's
         self.interrupt = interrupt
+        self.progress = progress
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -285,18 +290,34 @@ class Generation:
         self._close(t0)
 
     def _read(self, prompt: Sequence[int]) -> float:
-        """Decode the prompt's uncached tokens; between two chunks, where `interrupt` says one is
-        due, pause for a short request. llama.cpp's seconds on it."""
+        """Decode the prompt's uncached tokens; between two chunks, say how far it got and, where
+        `interrupt` says one is due, pause for a short request. llama.cpp's seconds on it."""
         start, seconds = self.target.n_past, 0.0
-        due = self.interrupt.due if self.interrupt is not None else None
+        began, paused = time.perf_counter(), self._paused_s
+        offset = start  # where the decode running now began
+
+        def report(processed: int) -> None:
+            if self.progress is not None:
+                spent = time.perf_counter() - began - (self._paused_s - paused)
+                self.progress(PromptProgress(len(self.prompt), self.reuse, processed, spent))
+
+        def between(done: int) -> bool:
+            report(offset + done)
+            return self.interrupt is not None and self.interrupt.due()
+
+        report(start)
         while True:
-            rest = prompt[self.target.n_past - start :]
+            offset = self.target.n_past
+            rest = prompt[offset - start :]
             try:
-                return seconds + self.target.decode(rest, 1, self.cancel, self._prepare, due)
+                seconds += self.target.decode(rest, 1, self.cancel, self._prepare, between)
+                break
             except ReadPaused as stop:
                 seconds += stop.seconds
                 assert self.interrupt is not None
                 self.interrupt.run()  # within self.paused(), as between steps
+        report(self.target.n_past)
+        return seconds
 
     def _score_prompt(self) -> None:
         """Read the prompt with every position's logits, each prompt token scored by the logits of the

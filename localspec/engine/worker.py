@@ -50,6 +50,7 @@ from localspec.types import (
     DEFAULT_K,
     GenerationRequest,
     GenerationResult,
+    PromptProgress,
     TokenChunk,
     TokenLogprob,
 )
@@ -100,6 +101,10 @@ class Handle:
     def cancel(self) -> None:
         """Stop this request; takes effect within one decoding step."""
         self.cancelled.set()
+
+    def tell(self, progress: PromptProgress) -> None:
+        """How far the prompt's read has got, as a chunk of its own (GenerationRequest.progress)."""
+        self.put(TokenChunk("", (), progress=progress))
 
     def put(self, event: Event) -> None:
         with self._ready:
@@ -487,6 +492,7 @@ class Engine:
             prompt_logprobs=req.prompt_logprobs,
             scored=scored,
             interrupt=interrupt,
+            progress=job.tell if req.progress and job.stream else None,
         )
         gen.stats.fallback_reason = reason
         gen.stats.dropped_messages = req.dropped_messages

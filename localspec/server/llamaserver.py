@@ -22,7 +22,7 @@ from starlette.routing import Route
 from localspec import __version__
 from localspec.errors import LocalspecError, UserInputError
 from localspec.server.logprobs import llama_server_probs
-from localspec.server.responses import json_bytes, stats_fields
+from localspec.server.responses import json_bytes, progress_fields, stats_fields
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_llamaserver import (
     DetokenizeBody,
@@ -69,6 +69,8 @@ class LlamaServerFormat:
             "tokens_predicted": self._predicted,
             **self._probs(chunk.logprobs),
         }
+        if chunk.progress is not None:
+            body.update(tokens_evaluated=chunk.progress.total, **progress_fields(chunk.progress))
         return self._sse(body)
 
     def final(self, result: GenerationResult) -> bytes:

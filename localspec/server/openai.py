@@ -20,7 +20,13 @@ from starlette.routing import Route
 from localspec.errors import LocalspecError
 from localspec.server.catalog import ServedModel
 from localspec.server.logprobs import chat_entries, legacy_lists
-from localspec.server.responses import finish_reason, json_bytes, openai_error_body, stats_fields
+from localspec.server.responses import (
+    finish_reason,
+    json_bytes,
+    openai_error_body,
+    progress_fields,
+    stats_fields,
+)
 from localspec.server.schemas import (
     ChatCompletionBody,
     CompletionBody,
@@ -120,6 +126,9 @@ class OpenAIFormat:
     def chunk(self, chunk: TokenChunk) -> bytes:
         if chunk.prompt:  # the prompt scored: its text goes out with its tokens' log-probabilities
             return self._echo(chunk.logprobs)
+        if chunk.progress is not None:  # llama-server's return_progress: a choice with nothing in it
+            choice = self._choice(None, None)
+            return self._sse({**self._head(True), "choices": [choice], **progress_fields(chunk.progress)})
         # localspec extension: token ids and how many came from the draft, for live acceptance views.
         extra = {"token_ids": list(chunk.token_ids), "from_draft": chunk.from_draft}
         choice = self._choice(chunk.text, None, chunk.logprobs)

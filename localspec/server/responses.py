@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse
 
 from localspec.errors import ContextOverflowError, LocalspecError, OverloadedError
 from localspec.server.config import RETRY_AFTER_S
-from localspec.types import GenerationResult, GenerationStats
+from localspec.types import GenerationResult, GenerationStats, PromptProgress
 
 
 def _message(exc: LocalspecError, api: str) -> str:
@@ -56,6 +56,19 @@ def error_response(exc: LocalspecError, api: Api) -> JSONResponse:
 def finish_reason(result: GenerationResult) -> str:
     # "cancelled" only reaches a client that left; OpenAI's vocabulary has stop, length, tool_calls.
     return result.finish_reason if result.finish_reason in ("length", "tool_calls") else "stop"
+
+
+def progress_fields(progress: PromptProgress) -> dict[str, Any]:
+    """llama-server's `prompt_progress` (return_progress): the read's progress is processed/total,
+    its timed part (processed - cache)/(total - cache)."""
+    return {
+        "prompt_progress": {
+            "total": progress.total,
+            "cache": progress.cached,
+            "processed": progress.processed,
+            "time_ms": round(progress.seconds * 1000, 3),
+        }
+    }
 
 
 def stats_fields(stats: GenerationStats) -> dict[str, Any]:

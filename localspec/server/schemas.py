@@ -189,6 +189,11 @@ class _OpenAISampling(Penalties):
         description="llama.cpp extension: false evaluates the prompt from scratch instead of reusing "
         "the cached prefix of the previous request (reproducible to the bit, and fair to time).",
     )
+    return_progress: bool = Field(
+        False,
+        description="llama.cpp extension: with stream, chunks with nothing generated and a "
+        "prompt_progress (total, cache, processed, time_ms) as the prompt is read, before the first token.",
+    )
 
     def sampling(self) -> SamplingParams:
         seed = self.seed if self.seed is not None and self.seed >= 0 else None
@@ -491,6 +496,7 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         logprobs=body.logprobs_asked(),
         prediction=body.prediction.text() if body.prediction else None,
         truncate=body.truncate,
+        progress=body.stream and body.return_progress,
     )
 
 
@@ -506,6 +512,7 @@ def completion_requests(body: CompletionBody, spec: SpecParams, unlimited: int) 
         cache_prompt=body.cache_prompt,
         logprobs=body.logprobs,
         prompt_logprobs=body.logprobs if body.echo else None,
+        progress=body.stream and body.return_progress,
     )
     return [
         replace(common, prompt=p) if isinstance(p, str) else replace(common, prompt_ids=tuple(p))

@@ -60,6 +60,11 @@ class LlamaServerBody(Penalties):
     seed: int | None = None
     stop: list[str] | None = Field(None, max_length=MAX_STOP)
     stream: bool = False
+    return_progress: bool = Field(
+        False,
+        description="llama.cpp extension: with stream, chunks with nothing generated and a "
+        "prompt_progress (total, cache, processed, time_ms) as the prompt is read, before the first token.",
+    )
     response_fields: list[str] | None = Field(None, description="Only these (`a/b` for nested) fields.")
     n_cmpl: int = Field(1, ge=1, description="Completions per request; only 1.")
     n_indent: int = Field(0, ge=0, description="End before a new line indented less than this.")
@@ -116,6 +121,7 @@ class LlamaServerBody(Penalties):
             "speculative": spec_params(self.speculative, spec),
             "cache_prompt": self.cache_prompt,
             "logprobs": self.n_probs or None,
+            "progress": self.stream and self.return_progress,
         }
 
 

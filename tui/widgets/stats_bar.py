@@ -11,6 +11,7 @@ from textual.widgets import Sparkline, Static
 
 from localspec.client import Health
 from localspec.printable import printable
+from localspec.types import PromptProgress
 from tui.live_stats import LiveStats
 
 
@@ -41,6 +42,8 @@ def speed_line(live: LiveStats | None, now: float, method: str, k: int | None, m
         return f"ready · {_method_k(method, k)} · {mem}"
     ttft = live.ttft_s
     ttft_text = "TTFT …" if ttft is None else f"TTFT {_duration(ttft)}"
+    if live.final is None and live.first_at is None and live.reading is not None:
+        return f"{reading_text(live.reading)} · {mem}"
     if live.final is None:
         now_tps = live.tokens_per_second_now(now)
         parts = [_rate(now_tps), f"avg {live.tokens_per_second_avg():.0f}", ttft_text]
@@ -52,6 +55,16 @@ def speed_line(live: LiveStats | None, now: float, method: str, k: int | None, m
         parts += [f"accept {stats.acceptance_rate:.0%}", f"mean len {stats.mean_accepted_length:.2f}"]
     parts.append(mem)
     return " · ".join(parts)
+
+
+def reading_text(read: PromptProgress) -> str:
+    """Before the first token: how much of the prompt is read, how fast, and about how long is left."""
+    text = f"reading {read.processed:,}/{read.total:,} prompt tokens"
+    done = read.processed - read.cached
+    if done <= 0 or read.seconds <= 0 or read.processed >= read.total:
+        return text
+    rate = done / read.seconds
+    return f"{text} · {rate:.0f} tok/s · ~{_duration((read.total - read.processed) / rate)} left"
 
 
 def models_line(health: Health | None, model: str | None = None) -> str:
