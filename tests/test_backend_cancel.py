@@ -48,7 +48,7 @@ def generate(
         cancel=cancel,
         reuse=reuse,
     )
-    chunks = list(gen.run())
+    chunks = [chunk for chunk in gen.run() if chunk is not None]  # None: a turn, only where asked
     assert gen.result is not None
     return gen.result, chunks
 

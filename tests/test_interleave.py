@@ -29,7 +29,7 @@ from localspec.engine.interleave import (
 )
 from localspec.engine.llama import LlamaModel
 from localspec.engine.speculative import FixedPolicy, Generation, StepContext
-from localspec.engine.worker import Engine, Handle
+from localspec.engine.worker import Engine, Event, Handle
 from localspec.errors import LocalspecError
 from localspec.types import (
     ChatMessage,
@@ -96,18 +96,100 @@ def test_a_short_request_runs_while_a_long_reply_pauses_and_nothing_changes(
     assert long.result.stats.elapsed_s + short.result.stats.elapsed_s <= when["long"] - when["submitted"]
 
 
-def test_a_long_request_behind_a_long_reply_waits(endless: Engine) -> None:
-    when: dict[str, float] = {}
+def other_long(method: str = "none") -> GenerationRequest:
+    """A second long reply, to another prompt (another conversation, another client)."""
+    return GenerationRequest(prompt="a value of the", max_tokens=LONG, speculative=SpecParams(method, 4))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def put_order(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Handle, Event]]:
+    """Every event the engine puts on any handle, in the order it puts them."""
+    order: list[tuple[Handle, Event]] = []
+    put = Handle.put
+
+    def recorded(handle: Handle, event: Event) -> None:
+        order.append((handle, event))
+        put(handle, event)
+
+    monkeypatch.setattr(Handle, "put", recorded)
+    return order
+
+
+def first_chunk(order: list[tuple[Handle, Event]], handle: Handle) -> int:
+    return next(i for i, (h, e) in enumerate(order) if h is handle and isinstance(e, TokenChunk))
+
+
+def end(order: list[tuple[Handle, Event]], handle: Handle) -> int:
+    return next(i for i, (h, e) in enumerate(order) if h is handle and not isinstance(e, TokenChunk))
+
+
+@pytest.mark.parametrize("method", ["none", "draft", "auto"])
+def test_two_long_replies_take_turns_and_each_is_the_one_written_alone(
+    endless: Engine, monkeypatch: pytest.MonkeyPatch, put_order: list[tuple[Handle, Event]], method: str
+) -> None:
+    """A chat's reply no longer waits for an agent's whole edit: the two take turns, each one's
+    caches saved and loaded back between them, and each writes what it writes alone."""
+    monkeypatch.setattr(interleave, "LONG_TURN_S", 0.0)
+    alone_first, alone_second = endless.generate(long_request(method)), endless.generate(other_long(method))
+    put_order.clear()
+    first = endless.submit(long_request(method))
+    first.next_event()
+    second = endless.submit(other_long(method))
+    first.wait()
+    second.wait()
+    assert first.result is not None and second.result is not None
+    assert first.result.token_ids == alone_first.token_ids
+    assert second.result.token_ids == alone_second.token_ids
+    # The second streamed before the first ended, and the first went on after the second began.
+    assert first_chunk(put_order, second) < end(put_order, first)
+    later = [i for i, (h, e) in enumerate(put_order) if h is first and isinstance(e, TokenChunk)]
+    assert later[-1] > first_chunk(put_order, second)
+
+
+def test_at_most_max_tasks_replies_are_part_way(
+    endless: Engine, monkeypatch: pytest.MonkeyPatch, put_order: list[tuple[Handle, Event]]
+) -> None:
+    """Each reply part-way holds its saved caches in memory: past MAX_TASKS, a reply waits its turn
+    in the queue until one ends."""
+    monkeypatch.setattr(interleave, "LONG_TURN_S", 0.0)
+    monkeypatch.setattr(interleave, "MAX_TASKS", 2)
+    a = endless.submit(long_request())
+    a.next_event()
+    b, c = endless.submit(other_long()), endless.submit(long_request())
+    for handle in (a, b, c):
+        handle.wait()
+    assert first_chunk(put_order, b) < end(put_order, a)  # two at once
+    assert first_chunk(put_order, c) > min(end(put_order, a), end(put_order, b))  # not three
+    assert a.result is not None and c.result is not None and c.result.token_ids == a.result.token_ids
+
+
+def test_a_reply_cancelled_while_parked_ends_and_the_other_goes_on(
+    endless: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interleave, "LONG_TURN_S", 0.0)
+    alone = endless.generate(long_request())
     first = endless.submit(long_request())
     first.next_event()
-    second = endless.submit(long_request())
-    waiter = finished_at(second, when, "second")
-    list(first)
-    when["first"] = time.monotonic()
-    waiter.join(60)
-    assert when["first"] < when["second"]
-    assert second.result is not None and first.result is not None
-    assert second.result.token_ids == first.result.token_ids
+    second = endless.submit(other_long())
+    second.next_event()  # it runs (and so the first is parked, or soon will be)
+    second.cancel()
+    ended = second.wait()
+    assert ended.finish_reason == "cancelled" and ended.stats.tokens < LONG
+    assert first.wait().token_ids == alone.token_ids
+
+
+def test_closing_the_engine_ends_every_reply_part_way(
+    tiny_endless: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interleave, "MIN_RUN_S", 0.0)
+    monkeypatch.setattr(interleave, "LONG_TURN_S", 0.0)
+    engine = make_engine(tiny_endless)
+    first = engine.submit(long_request())
+    first.next_event()
+    second = engine.submit(other_long())
+    second.next_event()
+    engine.close()  # returns once both have ended: nothing left parked
+    assert first.wait().stats.tokens == LONG and second.wait().stats.tokens == LONG
 
 
 def test_short_requests_come_in_turns_with_the_long_reply(endless: Engine) -> None:
@@ -154,13 +236,20 @@ def slow_reads(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     ],
     ids=["exact", "plain copy"],
 )
+# A short request with a long prompt (a chat front end's title for a long conversation) pauses for
+# another short one too.
+@pytest.mark.parametrize("long_tokens", [SHORT_MAX_TOKENS + 1, 64], ids=["long", "short"])
 def test_a_short_request_runs_while_a_long_prompt_is_read(
-    tiny_endless: Path, monkeypatch: pytest.MonkeyPatch, load: LoadOptions, short_prompt: str
+    tiny_endless: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    load: LoadOptions,
+    short_prompt: str,
+    long_tokens: int,
 ) -> None:
     """An agent's long prompt takes a minute to read on a CPU: a completion sent meanwhile runs
     between two of its chunks, not after the whole read, and the long reply is unchanged."""
     monkeypatch.setattr(interleave, "MIN_RUN_S", 0.0)
-    long_req = GenerationRequest(prompt=LONG_PROMPT, max_tokens=64, cache_prompt=False)
+    long_req = GenerationRequest(prompt=LONG_PROMPT, max_tokens=long_tokens, cache_prompt=False)
     short_req = GenerationRequest(prompt=short_prompt, max_tokens=8, cache_prompt=False)
     with make_engine(tiny_endless, load=load) as engine:
         alone_long, alone_short = engine.generate(long_req), engine.generate(short_req)
@@ -182,6 +271,22 @@ def test_a_short_request_runs_while_a_long_prompt_is_read(
     assert long.result.stats.ttft_s + short_result.stats.elapsed_s <= first_at - submitted
 
 
+def test_a_short_request_does_not_pause_for_a_long_one(
+    tiny_endless: Path, monkeypatch: pytest.MonkeyPatch, put_order: list[tuple[Handle, Event]]
+) -> None:
+    """A short request ends soon: a reply that comes while it reads its prompt waits for its end."""
+    monkeypatch.setattr(interleave, "MIN_RUN_S", 0.0)
+    monkeypatch.setattr(interleave, "LONG_TURN_S", 0.0)
+    with make_engine(tiny_endless, load=replace(TINY, n_batch=READ_BATCH)) as engine:
+        reading = slow_reads(monkeypatch)
+        short = engine.submit(GenerationRequest(prompt=LONG_PROMPT, max_tokens=16, cache_prompt=False))
+        assert reading.wait(30)
+        long = engine.submit(other_long())
+        short.wait()
+        long.wait()
+    assert end(put_order, short) < first_chunk(put_order, long)
+
+
 def test_is_short() -> None:
     assert is_short(GenerationRequest(prompt="x", max_tokens=SHORT_MAX_TOKENS))
     assert not is_short(GenerationRequest(prompt="x", max_tokens=SHORT_MAX_TOKENS + 1))
@@ -195,17 +300,22 @@ def test_is_short() -> None:
     assert not is_short(GenerationRequest(prompt_ids=tuple(range(SHORT_PROMPT_CHARS // 4 + 1)), max_tokens=8))
 
 
-def test_turns_give_the_long_reply_as_long_as_its_last_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_turns_give_the_long_reply_as_long_as_the_last_short_request() -> None:
     now = [100.0]
     turns = Turns(clock=lambda: now[0])
     assert not turns.due()
     now[0] += interleave.MIN_RUN_S
-    assert turns.due()
-    turns.paused(5.0)
+    assert turns.due() and not turns.due(long=True)
+    now[0] += interleave.LONG_TURN_S
+    assert turns.due(long=True)
+    turns.resumed(last_short=5.0)  # a short request ran 5 s: the reply runs as long before the next
     now[0] += 4.9
     assert not turns.due()
     now[0] += 0.1
     assert turns.due()
+    turns.resumed(last_short=5.0)  # another reply's turn does not grow with the short one's
+    now[0] += interleave.LONG_TURN_S
+    assert turns.due(long=True) and not turns.due()
 
 
 def test_take_first_takes_the_first_wanted_and_keeps_the_order() -> None:

@@ -109,3 +109,40 @@ def test_a_completion_while_an_agents_long_prompt_is_read(daemon: Daemon, client
     assert completion and completion[0].strip(), daemon.log()
     assert when["completion"] < when["first token"]  # served during the read, not after it
     assert "".join(parts) == alone
+
+
+def test_two_chats_take_turns_and_each_writes_what_it_writes_alone(client: OpenAI) -> None:
+    """An agent's reply and a person's chat to one model: the second streams before the first ends
+    (turns of a few seconds each, their caches saved and loaded back between them), and each text is
+    the one its model writes with the other absent."""
+    asks = [
+        {"model": MODEL, "messages": CHAT, "max_tokens": 320, "temperature": 0, "extra_body": PLAIN},
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Explain how a hash map handles collisions."}],
+            "max_tokens": 300,
+            "temperature": 0,
+            "extra_body": PLAIN,
+        },
+    ]
+    alone = [client.chat.completions.create(**ask).choices[0].message.content for ask in asks]  # type: ignore[call-overload]
+    when: dict[str, float] = {}
+    texts: list[list[str]] = [[], []]
+
+    def stream(i: int) -> None:
+        for chunk in client.chat.completions.create(**asks[i], stream=True):  # type: ignore[call-overload]
+            text = chunk.choices[0].delta.content if chunk.choices else None
+            if text:
+                when.setdefault(f"first {i}", time.monotonic())
+                texts[i].append(text)
+        when[f"end {i}"] = time.monotonic()
+
+    first = threading.Thread(target=stream, args=(0,))
+    first.start()
+    while "first 0" not in when and first.is_alive():
+        time.sleep(0.01)
+    stream(1)
+    first.join(300)
+
+    assert when["first 1"] < when["end 0"]  # it did not wait for the whole first reply
+    assert ["".join(t) for t in texts] == alone

@@ -1,20 +1,20 @@
-"""A short request does not wait for a long reply to end: the long one pauses for it.
+"""Requests to one model in turns: a short one does not wait for a long reply, nor a reply for another.
 
 One model, one KV sequence, one request at a time: an editor's fill-in-the-middle completion sent
-while an agent writes a 1,000-token edit waited for the whole edit (30 s and more on a CPU), so
-the editor showed nothing, and its next keystroke cancelled it anyway. llama-server serves such
-requests side by side in parallel slots. Here the engine's worker pauses the long reply between
-two of its steps: the target's cache (and the draft model's) is saved in memory, the short request
-runs whole, and the long reply's cache is loaded back, bytes as they were, so its reply is the one
-it would have written alone and goes on from the next step.
+while an agent writes a 1,000-token edit waited for the whole edit (30 s and more on a CPU), and a
+chat's reply for the agent's. llama-server serves such requests side by side in parallel slots.
+Here the engine's worker runs them in turns: at a turn's end, between two steps of a reply or two of
+llama.cpp's chunks of its prompt's read (n_batch tokens, a few seconds on a CPU), the reply's cache
+(and the draft model's) is saved in memory and another request runs; when that one ends or its own
+turn does, the caches go back, bytes as they were, so each reply is the one it would have written
+alone and goes on from where it was.
 
-A reply pauses while its prompt is read, too, between two of llama.cpp's chunks (n_batch
-tokens, a few seconds on a CPU): an agent's 10,000-token prompt takes a minute and more to read
-there, and a completion sent meanwhile waited for all of it.
+A short request (fill-in-the-middle, or a few tokens from a short prompt) runs as soon as the
+running reply has run MIN_RUN_S, and at least as long as the last short request took, so a stream of
+them cannot starve it; it pauses only for another short one. Other replies take turns of
+LONG_TURN_S, in order, at most MAX_TASKS of them part-way at once (the rest wait in the queue).
 
-This module holds the rules: what counts as short, and when a running reply may pause. The long
-reply keeps at least half the model: it runs at least as long as its last pause lasted, and at
-least MIN_RUN_S, before it pauses again, so a stream of completions cannot starve it.
+This module holds the rules: what counts as short, and when a running reply may pause.
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ SHORT_PROMPT_CHARS = 16_000
 # A reply runs this long after it starts (or resumes) before it may pause: a reply nearly done
 # finishes rather than pay for the swap, and a pause's copies (milliseconds) stay a small share.
 MIN_RUN_S = 1.0
+# A reply's turn while other replies wait: long enough that the two copies of a switch (tens of
+# milliseconds for a few thousand tokens' cache) stay a small share, short enough that a chat shows
+# its words while an agent writes.
+LONG_TURN_S = 3.0
+# Replies part-way at once, each one's saved caches in memory (llama-server's four slots).
+MAX_TASKS = 4
 
 T = TypeVar("T")
 
@@ -51,30 +57,26 @@ def is_short(request: GenerationRequest) -> bool:
 
 @dataclass
 class Turns:
-    """When a running reply may pause: after MIN_RUN_S of its own running, and as long as its last pause."""
+    """When a running reply may hand the model over: to a short request after MIN_RUN_S of its own
+    running and at least as long as the last short request took (a stream of them cannot starve
+    it); to another reply after LONG_TURN_S (replies part-way resume in order, so each gets its
+    share; a turn as long as the last pause would grow with every reply part-way)."""
 
     clock: Callable[[], float] = time.monotonic
     since: float = field(init=False)
-    last_pause: float = 0.0
+    last_short: float = 0.0
 
     def __post_init__(self) -> None:
         self.since = self.clock()
 
-    def due(self) -> bool:
-        return self.clock() - self.since >= max(MIN_RUN_S, self.last_pause)
+    def due(self, long: bool = False) -> bool:
+        minimum = LONG_TURN_S if long else max(MIN_RUN_S, self.last_short)
+        return self.clock() - self.since >= minimum
 
-    def paused(self, seconds: float) -> None:
-        self.last_pause = seconds
+    def resumed(self, last_short: float) -> None:
+        """The reply runs again; the last short request took `last_short` seconds."""
+        self.last_short = last_short
         self.since = self.clock()
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    """How a running reply hands the model over: `due` says a short request waits and the reply may
-    pause for it now; `run` runs it, and leaves the reply's caches as they were."""
-
-    due: Callable[[], bool]
-    run: Callable[[], None]
 
 
 def waiting(jobs: queue.Queue[T | None], wanted: Callable[[T], bool]) -> bool:

@@ -22,7 +22,7 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -31,7 +31,6 @@ import numpy.typing as npt
 
 from localspec.engine.constraint import Constraint
 from localspec.engine.drafters.base import Draft, Drafter, Preparing
-from localspec.engine.interleave import Interrupt
 from localspec.engine.llama import LlamaModel, ReadPaused
 from localspec.engine.sampling import (
     Draws,
@@ -175,7 +174,7 @@ class Generation:
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
         scored: Sequence[TokenLogprob] = (),
-        interrupt: Interrupt | None = None,
+        turn_due: Callable[[], bool] | None = None,
         progress: Callable[[PromptProgress], None] | None = None,
     ) -> None:
         """`reuse`: leading prompt tokens whose KV the target still holds from the last request.
@@ -187,8 +186,10 @@ class Generation:
         `prompt_logprobs`: the same for every prompt token (GenerationRequest's); `scored`: the
         entries, with as many alternatives, of a prefix of this prompt scored by the last request,
         kept where the target still holds that prefix.
-        `interrupt`: while the prompt is read, between two of llama.cpp's chunks, a short request
-        may run (engine.interleave); the caller pauses the reply between chunks it yields.
+        `turn_due`: asked after each chunk, and between two of llama.cpp's chunks of the prompt's
+        read, whether to hand the model to another request (engine.interleave): where it says so,
+        `run()` yields None, and the caller serves others before it asks for the next chunk (the
+        time not counted as this reply's: `paused`).
         `progress` hears how far the prompt's read has got: as it begins, between two of its
         chunks, and once it is read.
         """
@@ -231,7 +232,7 @@ class Generation:
         self._drafted_total = 0  # tokens drafted over all steps, for mean_k
         self._redecide_s = 0.0  # this step's near-tie decodes
         self._paused_s = 0.0  # spent on other requests between steps (engine.interleave): not this one's
-        self.interrupt = interrupt
+        self.turn_due = turn_due
         self.progress = progress
 
     @contextlib.contextmanager
@@ -248,7 +249,7 @@ class Generation:
 
     # --- driving ------------------------------------------------------------
 
-    def run(self) -> Iterator[TokenChunk]:
+    def run(self) -> Iterator[TokenChunk | None]:
         t0 = time.perf_counter()
         if self.reuse:
             self.target.truncate(self.reuse)
@@ -260,7 +261,7 @@ class Generation:
             else:
                 # What the policy does with the prompt alone it does while the target reads the
                 # prompt: on a GPU at the same time; on the CPU in the time to first token.
-                self.stats.target_s += self._read(self.prompt[self.reuse :])
+                self.stats.target_s += yield from self._read(self.prompt[self.reuse :])
         except RequestCancelledError:  # stopped while the prompt was read: no tokens, the cache intact
             self.finish = "cancelled"
             self._close(t0)
@@ -279,6 +280,9 @@ class Generation:
             self.constraint.accept(first)
         yield from self._emit(_Step([first], 0, logprobs=self._taken()), t0)
         while self.finish is None:
+            if self.turn_due is not None and self.turn_due():
+                with self.paused():
+                    yield None
             if self.cancel.is_set():
                 self.finish = "cancelled"
                 break
@@ -289,9 +293,10 @@ class Generation:
             yield TokenChunk(tail, ())
         self._close(t0)
 
-    def _read(self, prompt: Sequence[int]) -> float:
+    def _read(self, prompt: Sequence[int]) -> Generator[None, None, float]:
         """Decode the prompt's uncached tokens; between two chunks, say how far it got and, where
-        `interrupt` says one is due, pause for a short request. llama.cpp's seconds on it."""
+        `turn_due` says so, yield None for the caller to serve another request. Returns llama.cpp's
+        seconds on it."""
         start, seconds = self.target.n_past, 0.0
         began, paused = time.perf_counter(), self._paused_s
         offset = start  # where the decode running now began
@@ -303,7 +308,7 @@ class Generation:
 
         def between(done: int) -> bool:
             report(offset + done)
-            return self.interrupt is not None and self.interrupt.due()
+            return self.turn_due is not None and self.turn_due()
 
         report(start)
         while True:
@@ -314,8 +319,8 @@ class Generation:
                 break
             except ReadPaused as stop:
                 seconds += stop.seconds
-                assert self.interrupt is not None
-                self.interrupt.run()  # within self.paused(), as between steps
+                with self.paused():
+                    yield None
         report(self.target.n_past)
         return seconds
 

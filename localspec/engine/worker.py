@@ -16,21 +16,21 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from localspec.engine import heap
+from localspec.engine import heap, interleave
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig
 from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schema_grammar
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
-from localspec.engine.interleave import Interrupt, Turns, is_short, take_first, waiting
+from localspec.engine.interleave import Turns, is_short, take_first, waiting
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
-from localspec.engine.promptcache import PromptCache, draft_holding, room_for, state_bytes
+from localspec.engine.promptcache import PromptCache, Saved, draft_holding, room_for, state_bytes
 from localspec.engine.prompting import (
     NO_FORMS,
     PromptForms,
@@ -171,6 +171,31 @@ class Handle:
         return self.result
 
 
+@dataclass
+class _Task:
+    """A request the worker runs in turns with others (engine.interleave): its steps, a generator
+    that stops where it may hand the model over, and its caches while another request runs."""
+
+    job: Handle
+    short: bool  # pauses only for another short request (interleave.is_short)
+    started: float = field(default_factory=time.monotonic)
+    turns: Turns = field(default_factory=Turns)
+    steps: Iterator[None] = field(default_factory=lambda: iter(()))
+    gen: Generation | None = None
+    parked_at: float = 0.0  # when its caches were saved for another's turn; 0: running or not started
+    n_past: int = 0
+    state: object = None
+    draft: ModelDrafter | None = None  # the draft model whose cache was saved with it
+    drafted: Saved | None = None
+
+
+_ENDED = object()
+
+
+def _any(job: Handle) -> bool:
+    return True
+
+
 def _short(job: Handle) -> bool:
     """Whether `job` may run while a long reply pauses for it (engine.interleave)."""
     return is_short(job.request)
@@ -201,7 +226,8 @@ def _on_a_thread_of_its_own(work: Callable[[], None]) -> None:
 
 
 class Engine:
-    """Owns the models; one thread runs its requests in turn. Use as a context manager or call close()."""
+    """Owns the models; one thread runs its requests, in turns (engine.interleave). Use as a context
+    manager or call close()."""
 
     def __init__(self, config: EngineConfig, progress: ProgressFn | None = None) -> None:
         self.config = config
@@ -225,7 +251,9 @@ class Engine:
         self.renderer = TemplateRenderer()
         self._template: ChatTemplate | None = None
         self._layerskip_error: str | None = None
-        self._pausing = False  # a long reply is paused for a short request (engine.interleave)
+        # Replies part-way, their caches saved while another request runs (engine.interleave).
+        self._parked: deque[_Task] = deque()
+        self._short_s = 0.0  # how long the last short request ran (interleave.Turns)
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -350,7 +378,7 @@ class Engine:
         self.info.status = "ready"
         self._ready.set()
         while (job := self._jobs.get()) is not None:
-            _on_a_thread_of_its_own(functools.partial(self._run, job))
+            _on_a_thread_of_its_own(functools.partial(self._serve, job))
         _on_a_thread_of_its_own(self._unload)
         heap.refresh()
 
@@ -438,12 +466,34 @@ class Engine:
         if self._target is not None:
             self._target.close()
 
-    def _run(self, job: Handle) -> None:
+    # --- requests in turns (engine.interleave) ---------------------------------------
+
+    def _serve(self, first: Handle) -> None:
+        """Run `first`, and the requests that come while it runs, in turns (engine.interleave): a
+        short one as soon as the running reply reaches a turn's end, other replies in turns of
+        LONG_TURN_S (MAX_TASKS at most part-way, each one's caches saved while another runs).
+        Returns once none is left part-way."""
+        task: _Task | None = self._task(first)
+        while task is not None:
+            ended = next(task.steps, _ENDED) is _ENDED  # else it stopped where it may hand over
+            if ended and task.short:
+                self._short_s = time.monotonic() - task.started
+            task = self._after() if ended else self._switch(task)
+
+    def _task(self, job: Handle) -> _Task:
+        task = _Task(job, is_short(job.request))
+        task.steps = self._steps(task)
+        return task
+
+    def _steps(self, task: _Task) -> Iterator[None]:
+        """`task`'s request run to its end, its result or error put on its handle; yields where it
+        hands the model over."""
+        job = task.job
         if job.cancelled.is_set():
             job.put(LocalspecError("cancelled before it started"))
             return
         try:
-            result = self._generate(job)
+            result = yield from self._generate(task)
         except LocalspecError as exc:
             job.put(exc)
         except Exception as exc:  # a bug must cost one request, not the daemon
@@ -454,8 +504,95 @@ class Engine:
             # What it left in the n-gram memory is indexed now, after its reply, not by the next one.
             self._ngram_memory.index()
 
-    def _generate(self, job: Handle) -> GenerationResult:
+    def _turn_due(self, task: _Task) -> bool:
+        """Whether `task`, running, hands the model over now: a short request waits and `task` has
+        run its turn for one (interleave.Turns), or, `task` not short itself, another reply waits
+        (part-way, or queued with room for one more) and `task` ran LONG_TURN_S."""
+        if waiting(self._jobs, _short):
+            return task.turns.due()
+        if task.short:  # it ends soon: no other reply's turn comes before its end
+            return False
+        others = bool(self._parked) or (self._room_for_one_more() and waiting(self._jobs, _any))
+        return others and task.turns.due(long=True)
+
+    def _switch(self, task: _Task) -> _Task:
+        """The task to run after `task`'s turn, `task`'s caches saved; `task` itself where none
+        waits, or the machine has no room for the copies."""
+        target = self._target
+        assert target is not None and task.gen is not None
+        draft = self._model_drafter()
+        # The draft model's cache is kept where it holds much of this reply's conversation; else it
+        # reads what it lacks at its next draft, as after any other request.
+        kept = draft_holding(draft, task.gen.tokens)
+        if not room_for(state_bytes(target, kept)):
+            return task
+        short = take_first(self._jobs, _short)
+        if short is not None:
+            following = self._task(short)
+        elif task.short:
+            return task
+        elif self._parked:
+            following = self._parked.popleft()
+        elif self._room_for_one_more() and (job := take_first(self._jobs, _any)) is not None:
+            following = self._task(job)
+        else:
+            return task
+        task.n_past, task.state = target.n_past, target.save_state()
+        task.draft, task.drafted = kept, kept.save() if kept is not None else None
+        task.parked_at = time.monotonic()
+        self._parked.append(task)
+        self._kv_tokens = []  # the caches are task's, saved: nothing for a prompt cache to keep
+        if following.parked_at:
+            self._resume(following)
+        return following
+
+    def _after(self) -> _Task | None:
+        """The task to run after one ended: a short one parked, else the reply parked longest (it
+        ran before the one that ended: a stream of short requests cannot starve it), else a short
+        request waiting, else none (the queue's next request starts anew)."""
+        if not self._parked:
+            short = take_first(self._jobs, _short)
+            return self._task(short) if short is not None else None
+        following = next((t for t in self._parked if t.short), self._parked[0])
+        self._parked.remove(following)
+        # What the ended one left is kept as any conversation's cache (an editor's next completion
+        # shares most of its prompt), before the parked reply's caches go back over it.
         assert self._target is not None
+        self._prompt_cache.keep(self._target, self._kv_tokens, self._model_drafter())
+        self._resume(following)
+        return following
+
+    def _resume(self, task: _Task) -> None:
+        """`task`'s caches back as it left them: loaded, or where llama.cpp refuses, read again."""
+        target = self._target
+        assert target is not None and task.gen is not None
+        self._kv_tokens = []  # unknown until a request ends cleanly, as before the turn
+        try:
+            if task.state is None:
+                raise LocalspecError("llama.cpp saved nothing")
+            target.load_state(task.state, task.n_past)
+        except LocalspecError as exc:
+            log.warning("a paused reply's cache could not be loaded back (%s); it is read again", exc)
+            target.reset()
+            target.decode(task.gen.tokens[: task.n_past], 1)  # the pause's cost, not the reply's
+        if task.draft is not None and task.drafted is not None:
+            task.draft.restore(task.drafted)
+        task.state, task.draft, task.drafted = None, None, None
+        task.turns.resumed(self._short_s)
+        task.parked_at = 0.0
+
+    def _room_for_one_more(self) -> bool:
+        """Whether another reply may start part-way beside the running one and those parked."""
+        return len(self._parked) + 2 <= interleave.MAX_TASKS
+
+    def _model_drafter(self) -> ModelDrafter | None:
+        found = self._drafters.get("draft")
+        return found if isinstance(found, ModelDrafter) else None
+
+    def _generate(self, task: _Task) -> Generator[None, None, GenerationResult]:
+        """Run `task`'s request; yields where it hands the model over (engine.interleave)."""
+        assert self._target is not None
+        job = task.job
         req = job.request
         checked_ids(self._target, [token for token, _ in req.sampling.logit_bias], "logit_bias")
         tool_format = request_tool_format(self._target, req)
@@ -473,8 +610,9 @@ class Engine:
         self.info.saved_prompts, self.info.saved_prompt_bytes = self._prompt_cache.stats()
         self._kv_tokens = []  # unknown until this request ends cleanly
         scored = self._scored_prefix(req, tokens)
-        interrupt = self._interrupt(lambda: gen)
-        gen = Generation(
+        # RPC workers' caches are not saved (as for prompt caches): their requests never take turns.
+        turn_due = None if self.config.load.rpc else functools.partial(self._turn_due, task)
+        task.gen = gen = Generation(
             self._target,
             tokens,
             max_tokens=req.max_tokens,
@@ -491,18 +629,19 @@ class Engine:
             logprobs=req.logprobs,
             prompt_logprobs=req.prompt_logprobs,
             scored=scored,
-            interrupt=interrupt,
+            turn_due=turn_due,
             progress=job.tell if req.progress and job.stream else None,
         )
         gen.stats.fallback_reason = reason
         gen.stats.dropped_messages = req.dropped_messages
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
         for chunk in gen.run():
+            if chunk is None:  # another request's turn
+                yield
+                continue
             out = chunk if calls is None else replace(chunk, text=calls.push(chunk.text))
             if job.stream:
                 job.put(out)
-            if interrupt is not None and interrupt.due():
-                interrupt.run()
         assert gen.result is not None
         if req.prediction:
             predicted = self._target.tokenize(req.prediction, add_special=False, parse_special=False)
@@ -518,64 +657,6 @@ class Engine:
         if tail and job.stream:
             job.put(TokenChunk(tail, ()))
         return result
-
-    def _interrupt(self, reply: Callable[[], Generation]) -> Interrupt | None:
-        """How the reply `reply()` hands the model to short requests waiting behind it; None where
-        it never does: it is one itself, or its target runs on RPC workers (whose caches are not
-        saved, as for prompt caches)."""
-        if self._pausing or self.config.load.rpc:
-            return None
-        turns = Turns()
-        return Interrupt(
-            lambda: turns.due() and waiting(self._jobs, _short), lambda: self._pause_for_short(reply(), turns)
-        )
-
-    def _pause_for_short(self, gen: Generation, turns: Turns) -> None:
-        """Run a short request waiting behind `gen` (engine.interleave), then put `gen`'s caches back
-        as they were. Nothing is paused where the machine has no room for the copies."""
-        target = self._target
-        assert target is not None
-        found = self._drafters.get("draft")
-        draft = found if isinstance(found, ModelDrafter) else None
-        # The draft model's cache is kept where it holds much of this reply's conversation; else it
-        # reads what it lacks at its next draft, as after any other request.
-        kept = draft_holding(draft, gen.tokens)
-
-        def room() -> bool:  # for the copies: asked only where a short request waits
-            return room_for(state_bytes(target, kept))
-
-        other = take_first(self._jobs, _short, room)
-        if other is None:
-            return
-        start = time.monotonic()
-        with gen.paused():
-            n_past, state = target.n_past, target.save_state()
-            drafted = kept.save() if kept is not None else None
-            self._pausing, self._kv_tokens = True, []
-            try:
-                self._run(other)
-                # What the short request left is kept as any conversation's cache: the editor's next
-                # completion shares most of its prompt.
-                self._prompt_cache.keep(target, self._kv_tokens, draft)
-            finally:
-                self._pausing = False
-                self._resume(gen, state, n_past)
-                if kept is not None and drafted is not None:
-                    kept.restore(drafted)
-        turns.paused(time.monotonic() - start)
-
-    def _resume(self, gen: Generation, state: object, n_past: int) -> None:
-        """The target's cache back as `gen` left it: loaded, or where llama.cpp refuses, read again."""
-        assert self._target is not None
-        self._kv_tokens = []  # unknown until this request ends cleanly, as before the pause
-        try:
-            if state is None:
-                raise LocalspecError("llama.cpp saved nothing")
-            self._target.load_state(state, n_past)
-        except LocalspecError as exc:
-            log.warning("a paused reply's cache could not be loaded back (%s); it is read again", exc)
-            self._target.reset()
-            self._target.decode(gen.tokens[:n_past], 1)  # the pause's cost, not the reply's
 
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many
