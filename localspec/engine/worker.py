@@ -193,6 +193,7 @@ _ENDED = object()
 
 
 def _any(job: Handle) -> bool:
+    """Any request waiting (take_first and waiting skip the queue's closing None themselves)."""
     return True
 
 
