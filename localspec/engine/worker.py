@@ -587,6 +587,8 @@ class Engine:
         return len(self._parked) + 2 <= interleave.MAX_TASKS
 
     def _model_drafter(self) -> ModelDrafter | None:
+        """The draft model's drafter, where a draft model is loaded (its cache is saved and loaded
+        with the target's)."""
         found = self._drafters.get("draft")
         return found if isinstance(found, ModelDrafter) else None
 
@@ -600,13 +602,8 @@ class Engine:
         tokens = prompt_tokens(self._target, req, self.renderer)
         constraint = self._constraint(req, tool_format)
         policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
-        draft = self._drafters.get("draft")
         reuse = self._prompt_cache.switch(
-            self._target,
-            self._kv_tokens,
-            tokens,
-            req.cache_prompt,
-            draft if isinstance(draft, ModelDrafter) else None,
+            self._target, self._kv_tokens, tokens, req.cache_prompt, self._model_drafter()
         )
         self.info.saved_prompts, self.info.saved_prompt_bytes = self._prompt_cache.stats()
         self._kv_tokens = []  # unknown until this request ends cleanly
@@ -750,12 +747,11 @@ class Engine:
         from localspec.auto.policy import NEAR_TIE_PRIOR, AutoPolicy
 
         assert self._target is not None
-        draft = self._drafters.get("draft")
         # Its own n-gram lookup (NgramDrafter.for_auto): the match length is the evidence auto weighs.
         return AutoPolicy(
             self._calibrated(),
             ngram,
-            draft if isinstance(draft, ModelDrafter) else None,
+            self._model_drafter(),
             k_max=min(NGRAM_K_MAX if k is None else k, self._k_limit()),
             # Only --exact re-decides near-ties; elsewhere a prior for them only shortens drafts.
             near_tie_prior=NEAR_TIE_PRIOR if self._target.exact else 0.0,
@@ -775,11 +771,11 @@ class Engine:
 
             assert self._target is not None
             cache = self._folder(self.config.cache_dir, "cache")
-            draft = self._drafters.get("draft")
+            draft = self._model_drafter()
             try:
                 measured = calibrate(self._target, cache, progress=self._report("calibration"))
                 verify, draft_curve = measured.curve, None
-                if isinstance(draft, ModelDrafter):
+                if draft is not None:
                     measured = calibrate(
                         draft.model, cache, sizes=DRAFT_SIZES, progress=self._report("draft calibration")
                     )
@@ -791,7 +787,7 @@ class Engine:
                 verify, draft_curve = Curve.linear(0.03), None
             # Calibrating emptied both KV caches: nothing cached from earlier requests is left.
             self._kv_tokens = []
-            if isinstance(draft, ModelDrafter):
+            if draft is not None:
                 draft.start((), fresh=True)
             self._auto_costs = OnlineCosts(verify, draft_curve)
         return self._auto_costs
