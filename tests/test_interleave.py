@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_engine import TINY, make_engine
 
-from localspec.engine import interleave
+from localspec.engine import interleave, worker
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.drafters.base import Drafter
 from localspec.engine.interleave import (
@@ -271,6 +271,28 @@ def test_a_short_request_runs_while_a_long_prompt_is_read(
     assert long.result.stats.ttft_s + short_result.stats.elapsed_s <= first_at - submitted
 
 
+def test_without_room_for_the_copies_nothing_takes_a_turn(
+    endless: Engine, monkeypatch: pytest.MonkeyPatch, put_order: list[tuple[Handle, Event]]
+) -> None:
+    """A turn saves the running reply's caches in memory: where the machine has no room for them,
+    the reply runs on and what waits behind it waits for its end."""
+    monkeypatch.setattr(interleave, "LONG_TURN_S", 0.0)
+    asked: list[int] = []
+
+    def no_room(size: int) -> bool:
+        asked.append(size)
+        return False
+
+    monkeypatch.setattr(worker, "room_for", no_room)
+    long = endless.submit(long_request())
+    long.next_event()
+    short, other = endless.submit(short_request()), endless.submit(other_long())
+    for handle in (long, short, other):
+        handle.wait()
+    assert asked and all(size > 0 for size in asked)  # asked with what the copies would take
+    assert end(put_order, long) < min(first_chunk(put_order, short), first_chunk(put_order, other))
+
+
 def test_a_short_request_does_not_pause_for_a_long_one(
     tiny_endless: Path, monkeypatch: pytest.MonkeyPatch, put_order: list[tuple[Handle, Event]]
 ) -> None:
@@ -326,7 +348,6 @@ def test_take_first_takes_the_first_wanted_and_keeps_the_order() -> None:
     assert jobs.qsize() == 4  # only read
     assert take_first(jobs, lambda j: j % 2 == 0) == 2
     assert take_first(jobs, lambda j: j > 5) is None
-    assert take_first(jobs, lambda j: j == 3, room=lambda: False) is None  # no room for the copies
     assert [jobs.get() for _ in range(3)] == [1, 3, None]
 
 

@@ -85,11 +85,9 @@ def waiting(jobs: queue.Queue[T | None], wanted: Callable[[T], bool]) -> bool:
         return any(job is not None and wanted(job) for job in jobs.queue)
 
 
-def take_first(
-    jobs: queue.Queue[T | None], wanted: Callable[[T], bool], room: Callable[[], bool] = lambda: True
-) -> T | None:
+def take_first(jobs: queue.Queue[T | None], wanted: Callable[[T], bool]) -> T | None:
     """Remove and return the first queued job `wanted` accepts, leaving the others in order; None
-    where there is none, or where `room` (asked only once there is one) says no.
+    where there is none.
 
     Reads the queue's deque under its own mutex (queue.Queue's `queue` and `mutex`, public since
     Python 2), and wakes a producer waiting for room, as `get` does.
@@ -97,8 +95,6 @@ def take_first(
     with jobs.mutex:
         for job in jobs.queue:
             if job is not None and wanted(job):
-                if not room():
-                    return None
                 jobs.queue.remove(job)
                 jobs.not_full.notify()
                 return job
