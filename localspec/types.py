@@ -55,6 +55,9 @@ class ChatMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    # A thinking model's reasoning before this (assistant) turn's content, as the client sent it
+    # back; templates that show it (or drop it from earlier turns) read `reasoning_content`.
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,12 @@ class GenerationRequest:
     # `progress` set and nothing else, before the first token. A 10,000-token prompt takes a
     # minute to read on a CPU; without them a client sees nothing until the first token.
     progress: bool = False
+    # Extra variables for the chat template (vLLM's and llama-server's chat_template_kwargs):
+    # `enable_thinking` false asks a thinking model's template (Qwen3's) for a reply without it.
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    # A thinking model's chat reply comes split: its reasoning apart from its content
+    # (engine.reasoning). False leaves `<think>...</think>` in the content, as written.
+    split_reasoning: bool = True
 
 
 @dataclass
@@ -266,6 +275,8 @@ class TokenChunk:
     logprobs: tuple[TokenLogprob, ...] = ()
     prompt: bool = False
     progress: PromptProgress | None = None
+    # A thinking model's reasoning that became final in this step (its content is in `text`).
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -293,3 +304,4 @@ class GenerationResult:
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, where the request asked for them
     prompt_logprobs: tuple[TokenLogprob, ...] = ()  # one per prompt token, where asked
     prompt_ids: tuple[int, ...] = ()  # the prompt as the target read it
+    reasoning: str = ""  # a thinking model's reasoning, apart from `text` (engine.reasoning)

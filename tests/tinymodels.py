@@ -14,6 +14,7 @@ with fewer layers shares the layers it has with a deeper one of the same seed.
 
 from __future__ import annotations
 
+import itertools
 import os
 import zlib
 from collections.abc import Sequence
@@ -49,6 +50,36 @@ HERMES_TEMPLATE = (
     '"arguments": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}'
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+# A thinking model's template as Qwen3's works, cut to what the tests need: earlier turns' reasoning
+# shown, and `enable_thinking` false closing an empty block in the prompt.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.reasoning_content %}<think>\n"
+    "{{ m.reasoning_content }}\n</think>\n\n{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined and "
+    "enable_thinking is false %}<think>\n\n</think>{% endif %}{% endif %}"
+)
+# As DeepSeek-R1's distills' template works: earlier turns' reasoning cut from their content, and the
+# prompt opening the block, so the reply starts inside it.
+OPENED_THINKING_TEMPLATE = (
+    "{% for m in messages %}{% set content = m.content %}{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "<|im_start|>{{ m.role }}\n{{ content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>{% endif %}"
+)
+# What the thinking model writes after a prompt's last token: after a template's "\n", all of it;
+# after an opened block, from "▁hello"; after a closed one, from "▁python".
+THINKING_SCRIPT = (
+    "<0x0A>",
+    THINK_OPEN,
+    "\u2581hello",
+    "\u2581world",
+    THINK_CLOSE,
+    "\u2581python",
+    "\u2581function",
+    IM_END,
+)
+
 # Words (with every "▁"-prefix of each, which SentencePiece merging needs to build
 # them up from characters) that cover English chat and Python code prompts.
 _WORDS = """the a an and or not is are was be to of in on at for with as by from this that it
@@ -125,10 +156,12 @@ def build_vocab(
     *,
     extra_tokens: Sequence[str] = (IM_START, IM_END),
     pieces: Sequence[str] = (),
+    user_tokens: Sequence[str] = (),
 ) -> TinyVocab:
     """<unk> <s> </s>, the 256 byte tokens, characters, word pieces, then `extra_tokens` as control tokens.
 
-    `pieces` are extra normal pieces added verbatim (use "▁" for a leading space).
+    `pieces` are extra normal pieces added verbatim (use "▁" for a leading space); `user_tokens`
+    are added tokens that render as text (as Qwen3's `<think>` is: not special).
     """
     entries: list[tuple[str, float, int, float]] = [
         ("<unk>", 0.0, TokenType.UNKNOWN, SUPPRESS_BIAS),
@@ -148,6 +181,7 @@ def build_vocab(
     # SentencePiece merges the highest-scoring pair first; earlier pieces count as more frequent.
     entries += [(p, -float(i), TokenType.NORMAL, b) for i, (p, b) in enumerate(normal.items())]
     entries += [(t, 0.0, TokenType.CONTROL, SUPPRESS_BIAS) for t in extra_tokens]
+    entries += [(t, 0.0, TokenType.USER_DEFINED, SUPPRESS_BIAS) for t in user_tokens]
     return TinyVocab(
         tokens=tuple(e[0] for e in entries),
         scores=tuple(e[1] for e in entries),
@@ -194,8 +228,13 @@ def write_tiny_model(
     basename: str | None = None,
     size_label: str | None = None,
     split_max_tensors: int = 0,
+    script: Sequence[str] = (),
 ) -> Path:
     """Write a tiny llama GGUF at `path` (atomically) and return `path`.
+
+    `script`: pieces the model writes one after another, greedily: after each, the next (the
+    last one's successor is whatever the biases favour, the end token). Its layers then write
+    nothing, so each choice depends on the current token alone, and a piece may appear once.
 
     `split_max_tensors`: split it as gguf-py splits a model, at most that many tensors a part, into
     PATH-STEM-00001-of-0000N.gguf and on beside `path` (not at `path`); returns part 1's path.
@@ -212,6 +251,8 @@ def write_tiny_model(
     eos = _default_eos(vocab) if eos_id is None else eos_id
     dims = _Dims(len(vocab), n_embd, n_head, n_head_kv, n_ff)
     tensors = _tensors(dims, n_layers, vocab, eos, seed, eos_bias, noise, noise_seed)
+    if script:
+        _follow_script(tensors, n_layers, [vocab.id(piece) for piece in script])
 
     writer = gguf.GGUFWriter(path=None, arch="llama", split_max_tensors=split_max_tensors)
     writer.add_name(name)
@@ -335,6 +376,26 @@ def _tensors(
     return out
 
 
+# The logit a scripted transition adds (random logits and biases stay within about +-12).
+SCRIPT_LOGIT = 60.0
+
+
+def _follow_script(tensors: dict[str, F32], n_layers: int, script: Sequence[int]) -> None:
+    """Make the model write `script`: no layer adds to the residual, so after the final norm it is
+    the current token's own embedding, and each piece's output row gains SCRIPT_LOGIT along its
+    predecessor's embedding (the constant channel left out, which every embedding shares)."""
+    if len(set(script)) != len(script):
+        raise ValueError("a scripted piece may appear once: the model sees only the current token")
+    for i in range(n_layers):
+        tensors[f"blk.{i}.attn_output.weight"][:] = 0.0
+        tensors[f"blk.{i}.ffn_down.weight"][:] = 0.0
+    embd, out = tensors["token_embd.weight"], tensors["output.weight"]
+    for current, following in itertools.pairwise(script):
+        x = embd[current] / np.sqrt(np.mean(embd[current] ** 2))  # the final RMS norm, weights of one
+        direction = x[1:] / np.dot(x[1:], x[1:])
+        out[following, 1:] += SCRIPT_LOGIT * direction
+
+
 def _no_const(m: F32) -> F32:
     # Layers never write channel 0, so it stays the constant the embedding put there.
     m[0, :] = 0.0
@@ -367,6 +428,20 @@ def write_target(path: Path) -> Path:
 def write_tool_target(path: Path) -> Path:
     """The target's weights with a template that takes tools: the related draft drafts for it."""
     return write_tiny_model(path, seed=0, n_layers=3, chat_template=HERMES_TEMPLATE, name="tiny-tools")
+
+
+def write_thinking_target(path: Path, template: str = THINKING_TEMPLATE) -> Path:
+    """A thinking model that writes "<think> hello world</think> python function" (THINKING_SCRIPT)."""
+    vocab = build_vocab(user_tokens=(THINK_OPEN, THINK_CLOSE))
+    return write_tiny_model(
+        path,
+        seed=0,
+        n_layers=2,
+        vocab=vocab,
+        chat_template=template,
+        script=THINKING_SCRIPT,
+        name="tiny-think",
+    )
 
 
 def write_endless_target(path: Path) -> Path:

@@ -41,18 +41,30 @@ class ReplyOutput(Protocol):
 
 
 class MarkdownOutput:
-    """The usual view: Markdown, rendered incrementally (code blocks highlighted)."""
+    """The usual view: Markdown, rendered incrementally (code blocks highlighted); a thinking
+    model's reasoning as a quote before the answer."""
 
     def __init__(self, view: MessageView) -> None:
         self._view = view
         self._stream = Markdown.get_stream(view)
+        self._quoting = False  # the reasoning's quote is open
 
     @property
     def view(self) -> Turn:
         return self._view
 
     async def write(self, chunks: Sequence[TokenChunk]) -> None:
-        await self._stream.write("".join(chunk.text for chunk in chunks))
+        out: list[str] = []
+        for chunk in chunks:
+            if chunk.reasoning:
+                out.append("" if self._quoting else "> ")
+                out.append(chunk.reasoning.replace("\n", "\n> "))  # every line of it in the quote
+                self._quoting = True
+            if chunk.text:
+                out.append("\n\n" if self._quoting else "")  # the answer ends the quote
+                out.append(chunk.text)
+                self._quoting = False
+        await self._stream.write("".join(out))
 
     async def stop(self) -> None:
         await self._stream.stop()

@@ -224,6 +224,7 @@ class Client:
         self._check_socket()
         path, body = _request_body(request, self.model)
         texts: list[str] = []
+        thoughts: list[str] = []
         ids: list[int] = []
         http = self._http if abort is None else self._abortable_http()
         extensions = None if abort is None else {"trace": abort.trace}
@@ -236,7 +237,10 @@ class Client:
                     event = _event(data, texts, ids)
                     if isinstance(event, TokenChunk):
                         texts.append(event.text)
+                        thoughts.append(event.reasoning)
                         ids.extend(event.token_ids)
+                    if isinstance(event, GenerationResult):
+                        event = dataclasses.replace(event, reasoning="".join(thoughts))
                     if event is not None:
                         yield event
                     if isinstance(event, GenerationResult):
@@ -389,9 +393,13 @@ def _event(data: dict[str, Any], texts: list[str], ids: list[int]) -> StreamEven
     read = data.get("prompt_progress")
     if isinstance(read, dict):
         return TokenChunk("", (), progress=_progress(read))
-    text = (choice["delta"].get("content") if "delta" in choice else choice.get("text")) or ""
+    delta = choice.get("delta")
+    text = (delta.get("content") if delta is not None else choice.get("text")) or ""
+    reasoning = (delta or {}).get("reasoning_content") or ""  # a thinking model's
     extra = data.get("localspec") or {}
-    return TokenChunk(text, tuple(extra.get("token_ids", ())), int(extra.get("from_draft", 0)))
+    return TokenChunk(
+        text, tuple(extra.get("token_ids", ())), int(extra.get("from_draft", 0)), reasoning=reasoning
+    )
 
 
 def _progress(read: dict[str, Any]) -> PromptProgress:

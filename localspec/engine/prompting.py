@@ -139,7 +139,8 @@ def _own_tokens(
         if renderer is None:
             with TemplateRenderer() as own:
                 return _own_tokens(model, request, own)
-        text = renderer.render(chat_template(model), request.messages, offered_tools(request))
+        tools = offered_tools(request)
+        text = renderer.render(chat_template(model), request.messages, tools, request.template_kwargs)
         return _tokenize_rendered(model, text)
     if request.prompt_ids is not None:
         return checked_ids(model, request.prompt_ids, "prompt")

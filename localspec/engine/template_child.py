@@ -8,7 +8,7 @@ an address-space limit and a CPU-time limit per render that the kernel enforces 
 when the daemon is gone.
 
 Protocol: one JSON object per line each way. The child says {"ready": true} once,
-then answers each {"template", "bos", "eos", "messages", "max_chars", "cpu_s"} with
+then answers each {"template", "bos", "eos", "messages", "tools", "kwargs", "max_chars", "cpu_s"} with
 {"text": ...} or {"error": ..., "kind": "template" | "budget"}. It imports only
 jinja2 and the standard library, so it starts in a fraction of a second.
 """
@@ -79,7 +79,9 @@ def render(env: Any, cache: dict[str, Any], job: dict[str, Any]) -> str:
     if source not in cache:
         cache.clear()  # one model's template at a time, in practice
         cache[source] = env.from_string(source)
+    # The request's own variables first: the ones every template relies on are not theirs to replace.
     context = {
+        **(job.get("kwargs") or {}),
         "messages": job["messages"],
         "bos_token": job["bos"],
         "eos_token": job["eos"],

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,15 +58,21 @@ class TemplateRenderer:
         self._closed = False
 
     def render(
-        self, template: ChatTemplate, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()
+        self,
+        template: ChatTemplate,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] = (),
+        kwargs: Mapping[str, Any] | None = None,
     ) -> str:
-        """The prompt text; TemplateError (a 400 naming the model) when the template fails or overruns."""
+        """The prompt text; TemplateError (a 400 naming the model) when the template fails or overruns.
+        `kwargs`: extra variables the template sees (chat_template_kwargs: `enable_thinking`)."""
         job = {
             "template": template.source,
             "bos": template.bos,
             "eos": template.eos,
             "messages": [_turn(m) for m in messages],
             "tools": [_tool(spec) for spec in tools] or None,
+            "kwargs": dict(kwargs or {}),
             "max_chars": self.max_chars,
             "cpu_s": self.budget_s,
         }
@@ -198,6 +204,8 @@ def _turn(message: ChatMessage) -> dict[str, Any]:
         turn["tool_call_id"] = message.tool_call_id
     if message.name is not None:
         turn["name"] = message.name
+    if message.reasoning:
+        turn["reasoning_content"] = message.reasoning
     return turn
 
 

@@ -41,6 +41,7 @@ from localspec.engine.prompting import (
     prompt_forms,
     prompt_tokens,
 )
+from localspec.engine.reasoning import ReasoningSplit, opens_inside, thinks
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
@@ -289,7 +290,8 @@ class Engine:
         template = self._template
         if not request.messages or request.suffix is not None or template is None:
             return request
-        text = self.renderer.render(template, request.messages, offered_tools(request))
+        tools = offered_tools(request)
+        text = self.renderer.render(template, request.messages, tools, request.template_kwargs)
         return replace(request, messages=(), prompt=text, chat=True)
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -633,14 +635,26 @@ class Engine:
         gen.stats.fallback_reason = reason
         gen.stats.dropped_messages = req.dropped_messages
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
+        split = self._reasoning_split(req, tokens, tool_format)
         for chunk in gen.run():
             if chunk is None:  # another request's turn
                 yield
                 continue
-            out = chunk if calls is None else replace(chunk, text=calls.push(chunk.text))
+            out = chunk
+            if split is not None:
+                reasoning, text = split.push(chunk.text)
+                out = replace(chunk, text=text, reasoning=reasoning)
+            if calls is not None:
+                out = replace(out, text=calls.push(out.text))
             if job.stream:
                 job.put(out)
         assert gen.result is not None
+        if split is not None:
+            reasoning, text = split.finish()
+            text = calls.push(text) if calls is not None else text
+            if job.stream and (reasoning or text):
+                job.put(TokenChunk(text, (), reasoning=reasoning))
+            gen.result = replace(gen.result, text=split.answer, reasoning=split.reasoning)
         if req.prediction:
             predicted = self._target.tokenize(req.prediction, add_special=False, parse_special=False)
             gen.stats.prediction_tokens = len(predicted)
@@ -655,6 +669,23 @@ class Engine:
         if tail and job.stream:
             job.put(TokenChunk(tail, ()))
         return result
+
+    def _reasoning_split(
+        self, req: GenerationRequest, tokens: Sequence[int], tool_format: ToolFormat | None
+    ) -> ReasoningSplit | None:
+        """The split of a thinking model's chat reply into reasoning and content, where it applies.
+
+        Not where a grammar holds the reply from its first token (a JSON schema, a forced call):
+        the grammar's text is the answer, even where the template opened a thinking block."""
+        assert self._target is not None
+        chat = bool(req.messages) or req.chat
+        template = self._template or chat_template(self._target)
+        if not (req.split_reasoning and chat and thinks(template.source)):
+            return None
+        if req.json_schema is not None or (tool_format is not None and req.tool_choice != "auto"):
+            return None
+        tail = b"".join(self._target.shown_piece(t) for t in tokens[-4:])
+        return ReasoningSplit(inside=opens_inside(tail.decode("utf-8", errors="replace")))
 
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many

@@ -53,11 +53,13 @@ def tool_use_blocks(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
 
 
 class AnthropicFormat:
-    """A Message as Anthropic shapes it: a text block and tool_use blocks, usage in input and output tokens.
+    """A Message as Anthropic shapes it: a thinking block (a thinking model's reasoning), a text
+    block and tool_use blocks, usage in input and output tokens.
 
-    Streamed, the text block opens with the first text; a call's text is held back by the engine
-    while it is written, so each tool_use block goes out whole at the end, its input in one
-    input_json_delta.
+    Streamed, each block opens with its first text (the reasoning comes first, and its block closes
+    as the answer begins); a call's text is held back by the engine while it is written, so each
+    tool_use block goes out whole at the end, its input in one input_json_delta. A thinking block
+    has no signature: nothing here signs it, and it comes back to this daemon only.
     """
 
     media_type = "text/event-stream"
@@ -68,6 +70,8 @@ class AnthropicFormat:
         self.id = "msg_" + uuid.uuid4().hex[:24]
         self._started = False
         self._blocks = 0  # content blocks opened so far, the next block's index
+        self._open_kind: str | None = None  # the block open now: "thinking" or "text"
+        self._texted = False  # whether a text block was opened
 
     @staticmethod
     def _event(data: dict[str, Any]) -> bytes:
@@ -116,12 +120,37 @@ class AnthropicFormat:
         start = self._event({"type": "content_block_start", "index": index, "content_block": block})
         return start + (self._event({"type": "ping"}) if index == 0 else b"")
 
+    def _into(self, kind: str) -> bytes:
+        """Make the open block one of `kind`: the other closed, a new one opened."""
+        if self._open_kind == kind:
+            return b""
+        out = self._close()
+        self._open_kind = kind
+        if kind == "text":
+            self._texted = True
+            return out + self._open({"type": "text", "text": ""})
+        return out + self._open({"type": "thinking", "thinking": "", "signature": ""})
+
+    def _close(self) -> bytes:
+        if self._open_kind is None:
+            return b""
+        self._open_kind = None
+        return self._event({"type": "content_block_stop", "index": self._blocks - 1})
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return self._event({"type": "content_block_delta", "index": self._blocks - 1, "delta": delta})
+
     def chunk(self, chunk: TokenChunk) -> bytes:
-        if not chunk.text:  # a step whose text is held back (a call being written)
-            return self._start()
-        head = self._start() + (self._open({"type": "text", "text": ""}) if self._blocks == 0 else b"")
-        delta = {"type": "text_delta", "text": chunk.text}
-        return head + self._event({"type": "content_block_delta", "index": 0, "delta": delta})
+        # A step may have nothing to show (a call's text held back while it is written).
+        out = [self._start()]
+        if chunk.reasoning:
+            out += [
+                self._into("thinking"),
+                self._delta({"type": "thinking_delta", "thinking": chunk.reasoning}),
+            ]
+        if chunk.text:
+            out += [self._into("text"), self._delta({"type": "text_delta", "text": chunk.text})]
+        return b"".join(out)
 
     def _tool_use(self, block: dict[str, Any]) -> bytes:
         index = self._blocks
@@ -136,10 +165,9 @@ class AnthropicFormat:
 
     def final(self, result: GenerationResult) -> bytes:
         out = [self._start()]
-        if self._blocks == 0 and not result.tool_calls:
-            out.append(self._open({"type": "text", "text": ""}))  # an empty answer is one empty text block
-        if self._blocks:
-            out.append(self._event({"type": "content_block_stop", "index": 0}))
+        if not self._texted and not result.tool_calls:
+            out.append(self._into("text"))  # an empty answer is one empty text block
+        out.append(self._close())
         out.extend(self._tool_use(b) for b in tool_use_blocks(result.tool_calls))
         reason, sequence = stop_reason(result)
         delta = {"stop_reason": reason, "stop_sequence": sequence}
@@ -156,8 +184,11 @@ class AnthropicFormat:
         return self._event(anthropic_error_body(exc))
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
+        thinking = (
+            [{"type": "thinking", "thinking": result.reasoning, "signature": ""}] if result.reasoning else []
+        )
         text = [{"type": "text", "text": result.text}] if result.text or not result.tool_calls else []
-        return self._message(text + tool_use_blocks(result.tool_calls), result)
+        return self._message(thinking + text + tool_use_blocks(result.tool_calls), result)
 
 
 def _requested(name: str) -> str | None:

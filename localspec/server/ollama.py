@@ -7,6 +7,7 @@ streams unless the body says `"stream": false`. Durations are nanoseconds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.errors import LocalspecError
+from localspec.engine.reasoning import thinks
+from localspec.errors import LocalspecError, UserInputError
 from localspec.keepalive import parse_keep_alive
 from localspec.server.logprobs import chat_entries
 from localspec.server.pool import DEFAULT
@@ -30,7 +32,7 @@ from localspec.server.schemas import (
 from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import ollama_tool_calls
-from localspec.types import GenerationResult, GenerationStats, TokenChunk, TokenLogprob
+from localspec.types import GenerationRequest, GenerationResult, GenerationStats, TokenChunk, TokenLogprob
 
 # Plugins gate features on Ollama's version; this is the API level the routes here follow.
 OLLAMA_COMPAT_VERSION = "0.9.0"
@@ -67,10 +69,13 @@ class OllamaFormat:
     def _logprobs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
         return {"logprobs": chat_entries(logprobs)} if self.logprobs else {}
 
-    def _text(self, text: str, result: GenerationResult | None = None) -> dict[str, Any]:
+    def _text(self, text: str, result: GenerationResult | None = None, thinking: str = "") -> dict[str, Any]:
+        """The reply's text where this route puts it, and a thinking model's reasoning beside it."""
         if not self.chat:
-            return {"response": text}
+            return {"response": text, **({"thinking": thinking} if thinking else {})}
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        if thinking:
+            message["thinking"] = thinking
         if result is not None and result.tool_calls:
             message["tool_calls"] = ollama_tool_calls(result.tool_calls)
         return {"message": message}
@@ -79,7 +84,7 @@ class OllamaFormat:
         body = {
             "model": self.model,
             "created_at": _now(),
-            **self._text(chunk.text),
+            **self._text(chunk.text, thinking=chunk.reasoning),
             **self._logprobs(chunk.logprobs),
             "done": False,
         }
@@ -110,7 +115,8 @@ class OllamaFormat:
         return json_bytes({"error": exc.message}) + b"\n"
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
-        return {**self._done(result, result.text), **self._logprobs(result.logprobs)}
+        body = {**self._done(result, result.text), **self._logprobs(result.logprobs)}
+        return {**body, **self._text(result.text, result, result.reasoning)}
 
 
 def _loaded(model: str, text: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +151,7 @@ async def chat(request: Request) -> Response:
     model = state.resolve_model(body.model)
     if not body.messages:
         return JSONResponse(_loaded(model, {"message": {"role": "assistant", "content": ""}}))
-    greq = ollama_chat_request(body, state.spec_default, state.unlimited)
+    greq = thinking(ollama_chat_request(body, state.spec_default, state.unlimited), body.think, state)
     return await respond(
         await state.start(request, greq, body.stream),
         body.stream,
@@ -162,11 +168,29 @@ async def generate(request: Request) -> Response:
     if not body.prompt and not body.suffix:
         return JSONResponse(_loaded(model, {"response": ""}))
     greq = ollama_generate_request(body, state.spec_default, state.unlimited)
+    greq = thinking(greq, body.think, state)
     return await respond(
         await state.start(request, greq, body.stream),
         body.stream,
         OllamaFormat(model, chat=False, logprobs=body.logprobs, context=not body.raw),
     )
+
+
+def thinking(greq: GenerationRequest, think: bool | str | None, state: ModelState) -> GenerationRequest:
+    """Ollama's `think`: a thinking model's reasoning comes apart, in `thinking`, unless it is false,
+    which also asks the template for a reply without it (`enable_thinking`; a level goes to the
+    template as `reasoning_effort`, which gpt-oss's reads). A model that does not think refuses
+    true, as Ollama does."""
+    if not thinks(state.gguf_info().chat_template):
+        if think is not None and think is not False:
+            raise UserInputError(f"{state.model_name!r} does not support thinking", param="think")
+        return greq
+    if think is None:  # a model that thinks does, by default
+        return greq
+    kwargs: dict[str, Any] = {"enable_thinking": think is not False}
+    if isinstance(think, str):
+        kwargs["reasoning_effort"] = think
+    return replace(greq, split_reasoning=think is not False, template_kwargs=kwargs)
 
 
 async def version(request: Request) -> Response:

@@ -88,7 +88,11 @@ class OpenAIFormat:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def _choice(
-        self, text: str | None, finish: str | None, logprobs: Sequence[TokenLogprob] = ()
+        self,
+        text: str | None,
+        finish: str | None,
+        logprobs: Sequence[TokenLogprob] = (),
+        reasoning: str = "",
     ) -> dict[str, Any]:
         if not self.chat:
             return {
@@ -99,6 +103,8 @@ class OpenAIFormat:
             }
         # A step whose text is held back (a tool call being written) sends no content.
         delta: dict[str, Any] = {"content": text} if text else {}
+        if reasoning:  # a thinking model's reasoning: llama-server's and vLLM's field
+            delta["reasoning_content"] = reasoning
         if not self._role_sent:
             delta["role"] = "assistant"
             self._role_sent = True
@@ -131,7 +137,7 @@ class OpenAIFormat:
             return self._sse({**self._head(True), "choices": [choice], **progress_fields(chunk.progress)})
         # localspec extension: token ids and how many came from the draft, for live acceptance views.
         extra = {"token_ids": list(chunk.token_ids), "from_draft": chunk.from_draft}
-        choice = self._choice(chunk.text, None, chunk.logprobs)
+        choice = self._choice(chunk.text, None, chunk.logprobs, chunk.reasoning)
         return self._echo() + self._sse({**self._head(True), "choices": [choice], "localspec": extra})
 
     def _echo(self, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
@@ -184,6 +190,8 @@ class OpenAIFormat:
         finish = finish_reason(result)
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": result.text}
+            if result.reasoning:
+                message["reasoning_content"] = result.reasoning
             if result.tool_calls:
                 message["content"] = result.text or None
                 message["tool_calls"] = self._tool_calls(result)

@@ -2,7 +2,10 @@
 
 Requests become the same GenerationRequest as chat; `ResponsesFormat` builds the
 Response object from the GenerationResult, or streams OpenAI's event sequence:
-response.created, response.in_progress, then for the message response.output_item.added,
+response.created, response.in_progress, then for a thinking model's reasoning a reasoning
+item (response.output_item.added, response.content_part.added,
+response.reasoning_text.delta..., response.reasoning_text.done, response.content_part.done,
+response.output_item.done), for the message response.output_item.added,
 response.content_part.added, response.output_text.delta..., response.output_text.done,
 response.content_part.done, response.output_item.done; for each function call
 response.output_item.added, response.function_call_arguments.delta and .done,
@@ -32,7 +35,8 @@ from localspec.types import GenerationResult, TokenChunk, TokenLogprob
 
 
 class ResponsesFormat:
-    """A Response: an assistant message holding one output_text part, then a function_call item per call.
+    """A Response: a reasoning item where a thinking model reasoned, an assistant message holding one
+    output_text part, then a function_call item per call.
 
     Streamed, the message opens with the first text; a call's text is held back by the engine
     while it is written, so each function_call item goes out whole at the end, its arguments in
@@ -46,6 +50,9 @@ class ResponsesFormat:
         self.body = body
         self.id = "resp_" + uuid.uuid4().hex[:24]
         self.item_id = "msg_" + uuid.uuid4().hex[:24]
+        self.reasoning_id = "rs_" + uuid.uuid4().hex[:24]
+        self._thought: str | None = None  # the reasoning streamed so far; None: no reasoning item
+        self._thought_done = False
         self.created = int(time.time())
         self._seq = 0
         self._started = False
@@ -90,9 +97,19 @@ class ResponsesFormat:
             ]
         return self._calls
 
+    def _reasoning_item(self, text: str | None) -> dict[str, Any]:
+        return {
+            "id": self.reasoning_id,
+            "type": "reasoning",
+            "status": "in_progress" if text is None else "completed",
+            "summary": [],
+            "content": [] if text is None else [{"type": "reasoning_text", "text": text}],
+        }
+
     def _output(self, result: GenerationResult) -> list[dict[str, Any]]:
+        reasoning = [self._reasoning_item(result.reasoning)] if result.reasoning else []
         message = [self._item(result.text, result.logprobs)] if result.text or not result.tool_calls else []
-        return message + self._call_items(result)
+        return reasoning + message + self._call_items(result)
 
     def _response(self, result: GenerationResult | None) -> dict[str, Any]:
         status = "in_progress"
@@ -127,8 +144,37 @@ class ResponsesFormat:
             out.update(stats_fields(result.stats))
         return out
 
+    def _message_index(self) -> int:
+        """The message's place among the output items: after the reasoning item, where there is one."""
+        return 0 if self._thought is None else 1
+
     def _at(self) -> dict[str, Any]:
-        return {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        return {"item_id": self.item_id, "output_index": self._message_index(), "content_index": 0}
+
+    def _think(self, delta: str) -> bytes:
+        """A piece of reasoning; the first opens the reasoning item (always the first item)."""
+        head = b""
+        at = {"item_id": self.reasoning_id, "output_index": 0}
+        if self._thought is None:
+            self._thought = ""
+            head = self._event(
+                "response.output_item.added", output_index=0, item=self._reasoning_item(None)
+            ) + self._event("response.content_part.added", **at, content_index=0, part=_reasoning_part(""))
+        self._thought += delta
+        return head + self._event("response.reasoning_text.delta", **at, content_index=0, delta=delta)
+
+    def _close_reasoning(self) -> bytes:
+        if self._thought is None or self._thought_done:
+            return b""
+        self._thought_done = True
+        text, at = self._thought, {"item_id": self.reasoning_id, "output_index": 0, "content_index": 0}
+        return b"".join(
+            [
+                self._event("response.reasoning_text.done", **at, text=text),
+                self._event("response.content_part.done", **at, part=_reasoning_part(text)),
+                self._event("response.output_item.done", output_index=0, item=self._reasoning_item(text)),
+            ]
+        )
 
     def _start(self) -> bytes:
         if self._started:
@@ -143,20 +189,27 @@ class ResponsesFormat:
         if self._opened:
             return b""
         self._opened = True
-        return self._event("response.output_item.added", output_index=0, item=self._item(None)) + self._event(
-            "response.content_part.added", **self._at(), part=self._part("")
+        added = self._event(
+            "response.output_item.added", output_index=self._message_index(), item=self._item(None)
+        )
+        return (
+            self._close_reasoning()
+            + added
+            + self._event("response.content_part.added", **self._at(), part=self._part(""))
         )
 
     def chunk(self, chunk: TokenChunk) -> bytes:
         # Events are numbered in the order they are made: the start first.
-        start = self._start()
-        if not chunk.text:  # a step whose text is held back (a call being written)
-            return start
-        start += self._open()
-        logprobs = self._logprobs(chunk.logprobs)
-        return start + self._event(
-            "response.output_text.delta", **self._at(), delta=chunk.text, logprobs=logprobs
-        )
+        out = [self._start()]
+        if chunk.reasoning:
+            out.append(self._think(chunk.reasoning))
+        if chunk.text:  # else a step whose text is held back (a call being written), or reasoning
+            logprobs = self._logprobs(chunk.logprobs)
+            out.append(self._open())
+            out.append(
+                self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=logprobs)
+            )
+        return b"".join(out)
 
     def _close_message(self, result: GenerationResult) -> bytes:
         text, logprobs = result.text, result.logprobs
@@ -167,7 +220,11 @@ class ResponsesFormat:
                     "response.output_text.done", **self._at(), text=text, logprobs=self._logprobs(logprobs)
                 ),
                 self._event("response.content_part.done", **self._at(), part=self._part(text, logprobs)),
-                self._event("response.output_item.done", output_index=0, item=self._item(text, logprobs)),
+                self._event(
+                    "response.output_item.done",
+                    output_index=self._message_index(),
+                    item=self._item(text, logprobs),
+                ),
             ]
         )
 
@@ -187,11 +244,11 @@ class ResponsesFormat:
         )
 
     def final(self, result: GenerationResult) -> bytes:
-        out = [self._start()]
-        first = 0
+        out = [self._start(), self._close_reasoning()]
+        first = self._message_index()
         if self._opened or result.text or not result.tool_calls:
             out.append(self._close_message(result))
-            first = 1
+            first += 1
         out.extend(self._call_events(first + i, item) for i, item in enumerate(self._call_items(result)))
         whole = self._response(result)
         end = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
@@ -203,6 +260,10 @@ class ResponsesFormat:
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
         return self._response(result)
+
+
+def _reasoning_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
 
 
 def _usage(result: GenerationResult) -> dict[str, Any]:

@@ -157,6 +157,9 @@ class OpenAIMessage(_Body):
     tool_calls: list[OpenAIToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning_content: str | None = Field(
+        None, description="An assistant turn's reasoning, as a thinking model's reply carried it."
+    )
 
     def to_message(self) -> ChatMessage:
         content = self.content
@@ -164,7 +167,8 @@ class OpenAIMessage(_Body):
         calls = tuple(c.to_call() for c in self.tool_calls or ())
         # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
         role = "system" if self.role == "developer" else self.role
-        return ChatMessage(role, text, calls, self.tool_call_id, self.name)
+        reasoning = self.reasoning_content or ""
+        return ChatMessage(role, text, calls, self.tool_call_id, self.name, reasoning)
 
 
 class _OpenAISampling(Penalties):
@@ -239,6 +243,19 @@ class ChatCompletionBody(_OpenAISampling):
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="The most probable tokens beside each (with logprobs)."
     )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None,
+        description="vLLM and llama.cpp extension: extra variables for the chat template, such as "
+        '{"enable_thinking": false} for a thinking model that may answer without reasoning (Qwen3).',
+    )
+    reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = Field(
+        None,
+        description="llama.cpp extension: `none` leaves a thinking model's <think>...</think> in the "
+        "content; otherwise its reasoning comes apart, in reasoning_content.",
+    )
+    reasoning_effort: str | None = Field(
+        None, description="Passed to the chat template as `reasoning_effort`, as vLLM does (gpt-oss reads it)"
+    )
     truncate: bool = Field(
         False,
         description="localspec's: drop the oldest messages (system messages and the latest kept) where "
@@ -248,6 +265,12 @@ class ChatCompletionBody(_OpenAISampling):
 
     def logprobs_asked(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def template_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self.chat_template_kwargs or {})
+        if self.reasoning_effort is not None:
+            kwargs.setdefault("reasoning_effort", self.reasoning_effort)
+        return kwargs
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -345,9 +368,11 @@ class OllamaMessage(_Body):
     tool_calls: list[OpenAIToolCall] | None = None
     tool_name: str | None = None
 
+    thinking: str | None = Field(None, description="An assistant turn's reasoning, as a reply carried it.")
+
     def to_message(self) -> ChatMessage:
         calls = tuple(c.to_call() for c in self.tool_calls or ())
-        return ChatMessage(self.role, self.content, calls, name=self.tool_name)
+        return ChatMessage(self.role, self.content, calls, name=self.tool_name, reasoning=self.thinking or "")
 
 
 class _OllamaBody(_Body):
@@ -362,6 +387,11 @@ class _OllamaBody(_Body):
     logprobs: bool = Field(False, description="Each token's log-probability in `logprobs`.")
     top_logprobs: int = Field(
         0, ge=0, le=MAX_TOP_LOGPROBS, description="The most probable tokens beside each."
+    )
+    think: bool | Literal["low", "medium", "high", "max"] | None = Field(
+        None,
+        description="A thinking model's reasoning: in `thinking`, apart from the reply (true, or a level; "
+        "the default for a model that thinks); false asks the template for a reply without it.",
     )
 
     def logprobs_asked(self) -> int | None:
@@ -497,6 +527,8 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         prediction=body.prediction.text() if body.prediction else None,
         truncate=body.truncate,
         progress=body.stream and body.return_progress,
+        template_kwargs=body.template_kwargs(),
+        split_reasoning=body.reasoning_format != "none",
     )
 
 

@@ -4,8 +4,10 @@ It becomes the same `GenerationRequest` of `ChatMessage`s that OpenAI's chat doe
 are joined by a blank line; an assistant's `tool_use` blocks become its `tool_calls`, a user's
 `tool_result` blocks `tool` turns (before the user's text, as Anthropic orders them). Blocks
 this daemon cannot serve (images, documents, server tools) are refused by name rather than
-dropped; `thinking` blocks sent back are skipped (this model writes none), and `cache_control`,
-`metadata` and `thinking` are accepted and ignored.
+dropped. A thinking model's reasoning goes out in `thinking` blocks and comes back from them
+(the template decides whether an earlier turn's is shown); `redacted_thinking` blocks are
+skipped, `thinking` (the request's setting) asks the template for reasoning or not
+(`enable_thinking`), and `cache_control` and `metadata` are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from localspec.types import (
     ToolSpec,
 )
 
-_SKIPPED = ("thinking", "redacted_thinking")
+_SKIPPED = ("redacted_thinking",)
 
 
 class ContentBlock(_Body):
@@ -38,6 +40,7 @@ class ContentBlock(_Body):
 
     type: str
     text: str | None = None
+    thinking: str | None = None  # a thinking block's
     # tool_use
     id: str | None = None
     name: str | None = None
@@ -105,15 +108,18 @@ def _assistant(content: str | list[ContentBlock], where: str) -> ChatMessage:
     if isinstance(content, str):
         return ChatMessage("assistant", content)
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[ToolCall] = []
     for i, block in enumerate(content):
         if block.type == "tool_use":
             if not block.name:
                 raise UserInputError(f"{where}.content.{i}: tool_use needs a name", param=where)
             calls.append(ToolCall(block.name, json.dumps(block.input or {}), block.id or ""))
+        elif block.type == "thinking":
+            thoughts.append(block.thinking or "")
         elif block.type not in _SKIPPED:
             texts.append(_text(block, f"{where}.content.{i}"))
-    return ChatMessage("assistant", "\n\n".join(texts), tuple(calls))
+    return ChatMessage("assistant", "\n\n".join(texts), tuple(calls), reasoning="\n\n".join(thoughts))
 
 
 def _user(content: str | list[ContentBlock], where: str, names: dict[str, str]) -> list[ChatMessage]:
@@ -154,9 +160,17 @@ class _AnthropicBase(_Body):
     system: str | list[ContentBlock] | None = None
     tools: list[AnthropicTool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: AnthropicToolChoice | None = None
-    # Claude Code sends these; the model has no extended thinking and there is nothing to bill.
-    thinking: dict[str, Any] | None = Field(None, description="Accepted and ignored: no thinking blocks.")
+    thinking: dict[str, Any] | None = Field(
+        None,
+        description='{"type": "enabled"} or "disabled" asks a thinking model\'s template for reasoning '
+        "or not (enable_thinking); budget_tokens is not enforced. Reasoning goes out in thinking blocks.",
+    )
+    # Claude Code sends it; there is nothing to bill.
     metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
+
+    def template_kwargs(self) -> dict[str, Any]:
+        kind = (self.thinking or {}).get("type")
+        return {"enable_thinking": kind == "enabled"} if kind in ("enabled", "disabled") else {}
 
     def chat(self) -> tuple[ChatMessage, ...]:
         system = block_text(self.system, "system") if self.system else ""
@@ -195,7 +209,9 @@ class CountTokensBody(_AnthropicBase):
     """POST /v1/messages/count_tokens."""
 
     def request(self) -> GenerationRequest:
-        return GenerationRequest(messages=self.chat(), **self.tool_fields())
+        return GenerationRequest(
+            messages=self.chat(), template_kwargs=self.template_kwargs(), **self.tool_fields()
+        )
 
 
 def messages_request(body: MessagesBody, spec: SpecParams) -> GenerationRequest:
@@ -205,5 +221,6 @@ def messages_request(body: MessagesBody, spec: SpecParams) -> GenerationRequest:
         stop=stop_strings(body.stop_sequences),
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
+        template_kwargs=body.template_kwargs(),
         **body.tool_fields(),
     )

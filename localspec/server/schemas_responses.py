@@ -135,6 +135,9 @@ class ResponsesBody(_Body):
     text: dict[str, Any] | None = None
     speculative: SpeculativeOptions | None = None
     include: list[str] | None = None
+    reasoning: dict[str, Any] | None = Field(
+        None, description="Its effort goes to the chat template as `reasoning_effort` (gpt-oss's reads it)."
+    )
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     truncation: Literal["auto", "disabled"] = Field(
         "disabled",
@@ -145,6 +148,10 @@ class ResponsesBody(_Body):
     def logprobs_asked(self) -> int | None:
         """Alternatives per token where `include` asks for output_text's logprobs; else None."""
         return (self.top_logprobs or 0) if LOGPROBS_INCLUDE in (self.include or ()) else None
+
+    def template_kwargs(self) -> dict[str, Any]:
+        effort = (self.reasoning or {}).get("effort")
+        return {"reasoning_effort": effort} if isinstance(effort, str) else {}
 
     def check_supported(self) -> None:
         if self.store:
@@ -234,4 +241,5 @@ def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> 
         json_schema=body.output_schema(),
         logprobs=body.logprobs_asked(),
         truncate=body.truncation == "auto",
+        template_kwargs=body.template_kwargs(),
     )

@@ -12,6 +12,8 @@ from tui.widgets.message_view import ROLE_LABELS
 
 # Subtle: the theme's success text colour, the assistant's border colour.
 DRAFT_STYLE = "$text-success"
+# A thinking model's reasoning, before its answer: set apart, drafted or not.
+REASONING_STYLE = "$text-muted italic"
 
 
 class DraftView(Static):
@@ -30,14 +32,19 @@ class DraftView(Static):
 
     def append(self, chunks: Sequence[TokenChunk]) -> None:
         for chunk in chunks:
-            if not chunk.text:
-                continue
-            style = DRAFT_STYLE if chunk.from_draft else ""
-            if self.spans and self.spans[-1][1] == style:
-                self.spans[-1] = (self.spans[-1][0] + chunk.text, style)
-            else:
-                self.spans.append((chunk.text, style))
+            if chunk.reasoning:
+                self._add(chunk.reasoning, REASONING_STYLE)
+            if chunk.text:
+                if self.spans and self.spans[-1][1] == REASONING_STYLE:
+                    self._add("\n\n", "")
+                self._add(chunk.text, DRAFT_STYLE if chunk.from_draft else "")
         self.update(Content.assemble(*(span if span[1] else span[0] for span in self.spans)))
+
+    def _add(self, text: str, style: str) -> None:
+        if self.spans and self.spans[-1][1] == style:
+            self.spans[-1] = (self.spans[-1][0] + text, style)
+        else:
+            self.spans.append((text, style))
 
     def mark(self, note: str) -> None:
         """A note under the message: "stopped", "failed"."""

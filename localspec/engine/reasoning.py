@@ -1,0 +1,117 @@
+"""A thinking model's reasoning, told apart from its answer.
+
+Models that think before they answer (Qwen3, QwQ, DeepSeek-R1's distills) write
+`<think>...</think>` first, and their chat templates name both tags. Clients want the two
+apart: OpenAI-style servers (llama-server, vLLM, DeepSeek's) send the reasoning as
+`reasoning_content`, Ollama as `thinking`, Anthropic as thinking blocks. A template may open
+the block itself (the prompt ends with `<think>`): the reply then starts inside it.
+
+The split runs on the reply's final text as it streams: a tag cut across two chunks is held
+back until it can be told from text, and the whitespace after each tag is dropped (Ollama's
+parser does the same, so a reply splits alike on both servers).
+"""
+
+from __future__ import annotations
+
+import enum
+
+OPEN = "<think>"
+CLOSE = "</think>"
+
+
+def thinks(template: str | None) -> bool:
+    """Whether a chat template is a thinking model's: it writes (or reads back) both tags."""
+    return template is not None and OPEN in template and CLOSE in template
+
+
+def opens_inside(prompt_tail: str) -> bool:
+    """Whether a rendered prompt ends inside the thinking block (its template opened it)."""
+    return prompt_tail.rstrip().endswith(OPEN)
+
+
+class _State(enum.Enum):
+    BEFORE = enum.auto()  # nothing but whitespace yet: the reply may still open the block
+    OPENED = enum.auto()  # the block is open; its leading whitespace is dropped
+    THINKING = enum.auto()
+    CLOSED = enum.auto()  # the block is closed; the answer's leading whitespace is dropped
+    ANSWER = enum.auto()
+
+
+class ReasoningSplit:
+    """Splits a reply's text into reasoning and answer as it arrives."""
+
+    def __init__(self, inside: bool) -> None:
+        """`inside`: the prompt opened the block, so the reply starts in it."""
+        self._state = _State.OPENED if inside else _State.BEFORE
+        self._held = ""  # text that cannot be told yet (a tag's beginning, leading whitespace)
+        self.reasoning = ""  # everything given out as reasoning so far
+        self.answer = ""  # and as the answer
+
+    def push(self, text: str) -> tuple[str, str]:
+        """Add the reply's next final text; returns (reasoning, answer) that became certain."""
+        self._held += text
+        thought, said = [], []
+        while True:
+            got = self._step()
+            if got is None:
+                break
+            thought.append(got[0])
+            said.append(got[1])
+        return self._given("".join(thought), "".join(said))
+
+    def finish(self) -> tuple[str, str]:
+        """The reply ended: whatever is held goes out as what it was inside of."""
+        held, self._held = self._held, ""
+        if self._state is _State.THINKING:
+            return self._given(held, "")
+        if self._state is _State.BEFORE and held.strip():
+            return self._given("", held)  # a tag's beginning, and no more: text after all
+        return "", ""
+
+    def _given(self, reasoning: str, answer: str) -> tuple[str, str]:
+        self.reasoning += reasoning
+        self.answer += answer
+        return reasoning, answer
+
+    def _step(self) -> tuple[str, str] | None:
+        """One move of the state machine over the held text; None when it must wait for more."""
+        held = self._held
+        if self._state is _State.BEFORE:
+            start = held.lstrip()
+            if start.startswith(OPEN):
+                self._held, self._state = start[len(OPEN) :], _State.OPENED
+                return "", ""
+            if not start or OPEN.startswith(start):
+                return None  # whitespace, or the tag's beginning: wait
+            # No block: the reply is the answer, its whitespace as written.
+            self._held, self._state = "", _State.ANSWER
+            return "", held
+        if self._state in (_State.OPENED, _State.CLOSED):
+            rest = held.lstrip()
+            if not rest:
+                self._held = ""
+                return None
+            self._held = rest
+            self._state = _State.THINKING if self._state is _State.OPENED else _State.ANSWER
+            return "", ""
+        if self._state is _State.THINKING:
+            end = held.find(CLOSE)
+            if end >= 0:
+                self._held, self._state = held[end + len(CLOSE) :], _State.CLOSED
+                return held[:end], ""
+            keep = _partial_tail(held, CLOSE)
+            self._held = held[len(held) - keep :]
+            out = held[: len(held) - keep]
+            return (out, "") if out else None
+        if not held:
+            return None
+        self._held = ""
+        return "", held
+
+
+def _partial_tail(text: str, tag: str) -> int:
+    """The length of the longest end of `text` that begins `tag` (held: the tag may follow)."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:size]):
+            return size
+    return 0
