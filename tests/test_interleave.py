@@ -18,7 +18,7 @@ from test_engine import TINY, make_engine
 
 from localspec.engine import interleave, worker
 from localspec.engine.config import EngineConfig, LoadOptions
-from localspec.engine.drafters.base import Drafter
+from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.interleave import (
     SHORT_MAX_TOKENS,
     SHORT_PROMPT_CHARS,
@@ -431,3 +431,42 @@ def test_a_cache_llama_cpp_will_not_load_back_is_read_again(
     assert short.wait().stats.tokens > 0
     assert refused  # the reply paused, and its cache was read again instead
     assert long.result is not None and long.result.token_ids == alone.token_ids
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        replace(TINY, n_batch=READ_BATCH),
+        # The plain copy reads the prompts: what one read is taken over by the other from the model.
+        LoadOptions(n_ctx=1024, n_threads=1, n_batch=READ_BATCH, plain_prefill=True),
+    ],
+    ids=["exact", "plain copy"],
+)
+def test_replies_whose_prompts_share_their_start_read_it_once(
+    tiny_endless: Path, monkeypatch: pytest.MonkeyPatch, load: LoadOptions
+) -> None:
+    """Parallel agents' requests share a system prompt and tools of thousands of tokens: where two
+    take turns while their prompts are read, each reads on from what the other read of their
+    common start, and each reply is the one written alone."""
+    monkeypatch.setattr(interleave, "MIN_RUN_S", 0.0)
+    monkeypatch.setattr(interleave, "LONG_TURN_S", 0.0)
+    reqs = [
+        GenerationRequest(prompt=LONG_PROMPT + ending, max_tokens=SHORT_MAX_TOKENS + 1)
+        for ending in (" the model is", " a value of the")
+    ]
+    with make_engine(tiny_endless, load=load) as engine:
+        alone = [engine.generate(replace(req, cache_prompt=False)) for req in reqs]
+        engine.generate(GenerationRequest(prompt="x", max_tokens=1))  # the cache shares nothing now
+        reading = slow_reads(monkeypatch)
+        first = engine.submit(reqs[0])
+        assert reading.wait(30)
+        second = engine.submit(reqs[1])
+        results = [first.wait(), second.wait()]
+    assert [r.token_ids for r in results] == [r.token_ids for r in alone]
+    prompts = [r.prompt_ids for r in alone]
+    shared = common_prefix(*prompts)
+    assert shared > 8 * READ_BATCH
+    read = sum(r.stats.prompt_tokens - r.stats.cached_tokens for r in results)
+    # The common start read once (give or take a chunk each), then each its own ending.
+    assert read <= sum(len(p) for p in prompts) - shared + 2 * READ_BATCH, (read, shared)
+    assert all(r.stats.cached_tokens > 0 for r in results)  # each took some of the other's reading

@@ -140,15 +140,17 @@ class PromptCache:
         prompt: Sequence[int],
         use: bool,
         draft: ModelDrafter | None = None,
+        save: bool = True,
     ) -> int:
         """Before `model` reads `prompt`: save its cache (holding `live`) and the draft model's
         if the prompt would drop much of it, then load the saved caches sharing most with the
         prompt if they share more than the live one. `use` False (the request asked for no
-        cache): the prompt is read whole.
+        cache): the prompt is read whole. `save` False: the live cache is saved elsewhere (a
+        reply's that took a turn), not here.
 
         Returns how many of the prompt's first tokens the model's cache now holds."""
         with self._lock:
-            return self._switch(model, live, prompt, use, draft)
+            return self._switch(model, live, prompt, use, draft, save)
 
     def keep(self, model: LlamaModel, live: Sequence[int], draft: ModelDrafter | None = None) -> None:
         """Save `model`'s cache (holding `live`), and the draft model's, where worth keeping, before
@@ -165,9 +167,10 @@ class PromptCache:
         prompt: Sequence[int],
         use: bool,
         draft: ModelDrafter | None,
+        save: bool,
     ) -> int:
         shared = common_prefix(live, prompt) if use else 0
-        if self.worth_saving(live, shared, prompt):
+        if save and self.worth_saving(live, shared, prompt):
             self._save(model, live, draft)
         found = self.best(prompt, shared) if use else None
         if found is None:

@@ -198,6 +198,17 @@ def _any(job: Handle) -> bool:
     return True
 
 
+def _read_ahead(task: _Task, live: Sequence[int]) -> int:
+    """Where `task`, paused while it read its prompt, may go on from the live cache (holding `live`)
+    instead of its own: the positions of its prompt `live` holds, where they are all it had read or
+    more (its last token always read, for its logits); 0 where its own cache must come back."""
+    gen = task.gen
+    if gen is None or not task.job.request.cache_prompt or task.n_past >= len(gen.prompt):
+        return 0
+    shared = min(common_prefix(live, gen.prompt), len(gen.prompt) - 1)
+    return shared if shared >= task.n_past else 0
+
+
 def _short(job: Handle) -> bool:
     """Whether `job` may run while a long reply pauses for it (engine.interleave)."""
     return is_short(job.request)
@@ -239,6 +250,9 @@ class Engine:
         self._ready = threading.Event()
         self._target: LlamaModel | None = None
         self._kv_tokens: list[int] = []  # what the target's KV cache holds, position by position
+        # The KV cache is a reply's that took a turn (engine.interleave), saved with it: a request
+        # may read on from what it shares, but the prompt cache has nothing to save of it.
+        self._kv_parked = False
         # Earlier conversations' caches, saved where a request dropped them (engine.promptcache).
         self._prompt_cache = PromptCache(config.prompt_cache_bytes)
         # The last scored prompt: its tokens, alternatives asked for, and entries (Generation's `scored`).
@@ -544,7 +558,9 @@ class Engine:
         task.draft, task.drafted = kept, kept.save() if kept is not None else None
         task.parked_at = time.monotonic()
         self._parked.append(task)
-        self._kv_tokens = []  # the caches are task's, saved: nothing for a prompt cache to keep
+        # The cache still holds task's tokens: a request that shares their start reads only the rest
+        # (parallel agents' requests share a system prompt and tools of thousands of tokens).
+        self._kv_tokens, self._kv_parked = task.gen.tokens[: task.n_past], True
         if following.parked_at:
             self._resume(following)
         return following
@@ -561,19 +577,27 @@ class Engine:
         # What the ended one left is kept as any conversation's cache (an editor's next completion
         # shares most of its prompt), before the parked reply's caches go back over it.
         assert self._target is not None
-        self._prompt_cache.keep(self._target, self._kv_tokens, self._model_drafter())
+        if not self._kv_parked:  # (else it is a parked reply's, saved with it)
+            self._prompt_cache.keep(self._target, self._kv_tokens, self._model_drafter())
         self._resume(following)
         return following
 
     def _resume(self, task: _Task) -> None:
-        """`task`'s caches back as it left them: loaded, or where llama.cpp refuses, read again."""
+        """`task`'s caches back as it left them: loaded, or where llama.cpp refuses, read again; or,
+        where it paused reading its prompt and the live cache holds all it had read and more of
+        that prompt (another request with the same start read on meanwhile), the live cache."""
         target = self._target
         assert target is not None and task.gen is not None
-        self._kv_tokens = []  # unknown until a request ends cleanly, as before the turn
+        ahead = _read_ahead(task, self._kv_tokens)
+        self._kv_tokens, self._kv_parked = [], False  # unknown until a request ends cleanly
         try:
-            if task.state is None:
+            if ahead:
+                target.truncate(ahead)
+                task.gen.stats.cached_tokens += ahead - task.n_past  # taken, not read
+            elif task.state is None:
                 raise LocalspecError("llama.cpp saved nothing")
-            target.load_state(task.state, task.n_past)
+            else:
+                target.load_state(task.state, task.n_past)
         except LocalspecError as exc:
             log.warning("a paused reply's cache could not be loaded back (%s); it is read again", exc)
             target.reset()
@@ -605,8 +629,14 @@ class Engine:
         constraint = self._constraint(req, tool_format)
         policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
         reuse = self._prompt_cache.switch(
-            self._target, self._kv_tokens, tokens, req.cache_prompt, self._model_drafter()
+            self._target,
+            self._kv_tokens,
+            tokens,
+            req.cache_prompt,
+            self._model_drafter(),
+            not self._kv_parked,
         )
+        self._kv_parked = False
         self.info.saved_prompts, self.info.saved_prompt_bytes = self._prompt_cache.stats()
         self._kv_tokens = []  # unknown until this request ends cleanly
         scored = self._scored_prefix(req, tokens)
@@ -817,7 +847,7 @@ class Engine:
                 log.warning("calibration failed, auto will decode plainly: %s", exc)
                 verify, draft_curve = Curve.linear(0.03), None
             # Calibrating emptied both KV caches: nothing cached from earlier requests is left.
-            self._kv_tokens = []
+            self._kv_tokens, self._kv_parked = [], False
             if draft is not None:
                 draft.start((), fresh=True)
             self._auto_costs = OnlineCosts(verify, draft_curve)
