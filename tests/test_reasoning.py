@@ -24,7 +24,16 @@ from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.reasoning import ReasoningSplit, opens_inside, thinks
 from localspec.engine.worker import Engine
 from localspec.settings import load_settings
-from localspec.types import ChatMessage, GenerationRequest, GenerationResult, Method, SpecParams, TokenChunk
+from localspec.types import (
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    Method,
+    SpecParams,
+    TokenChunk,
+    ToolChoice,
+    ToolSpec,
+)
 from tui.app import make_app
 from tui.chats import ChatStore
 from tui.widgets.draft_view import REASONING_STYLE, DraftView
@@ -103,6 +112,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("thinking-models")
     tinymodels.write_thinking_target(folder / "think.gguf")
     tinymodels.write_thinking_target(folder / "think-open.gguf", tinymodels.OPENED_THINKING_TEMPLATE)
+    tinymodels.write_thinking_tools_target(folder / "think-tools.gguf")
     tinymodels.write_target(folder / "plain.gguf")
     return folder
 
@@ -154,19 +164,34 @@ def test_enable_thinking_reaches_the_template_and_the_split_can_be_left_off(mode
     assert (raw.reasoning, raw.text) == ("", WRITTEN)
 
 
-def test_a_reply_a_schema_holds_is_all_answer(models: Path) -> None:
-    """Where a grammar holds the reply from its first token, its text is the answer, even where the
-    template opened a thinking block."""
-    schema = {
-        "type": "object",
-        "properties": {"ok": {"type": "boolean"}},
-        "required": ["ok"],
-        "additionalProperties": False,
-    }
-    with engine(models / "think-open.gguf") as eng:
-        result = eng.generate(ask(json_schema=schema, max_tokens=40))
-    assert result.reasoning == ""
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
+TOOLS = (ToolSpec("get_time", "The time now", {"type": "object", "properties": {}}),)
+
+
+@pytest.mark.parametrize("model", ["think.gguf", "think-open.gguf"])
+def test_a_schema_holds_the_answer_after_the_reasoning(models: Path, model: str) -> None:
+    """A grammar lets a thinking model reason first and holds what follows (llguidance reads the
+    tags as special tokens, which no free text of a grammar can hold: the grammar names them)."""
+    with engine(models / model) as eng:
+        result = eng.generate(ask(json_schema=SCHEMA, max_tokens=40))
+    assert result.reasoning == REASONING
     assert isinstance(json.loads(result.text)["ok"], bool)
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_a_thinking_model_calls_a_tool_after_its_reasoning(models: Path, choice: ToolChoice) -> None:
+    """Qwen3's way: the reasoning, then a call. With tools offered, the call's grammar (lazy for
+    auto) still lets the model think first."""
+    with engine(models / "think-tools.gguf") as eng:
+        result = eng.generate(ask(tools=TOOLS, tool_choice=choice, max_tokens=60))
+    assert result.reasoning == "hello"
+    assert [(c.name, json.loads(c.arguments)) for c in result.tool_calls] == [("get_time", {})]
+    assert result.finish_reason == "tool_calls" and result.text == ""
 
 
 def test_the_reasoning_of_earlier_turns_reaches_the_template(models: Path) -> None:
@@ -189,7 +214,7 @@ def test_the_reasoning_of_earlier_turns_reaches_the_template(models: Path) -> No
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, models: Path) -> Iterator[Daemon]:
-    pins = {name: "none" for name in ("think", "think-open", "plain")}
+    pins = {name: "none" for name in ("think", "think-open", "think-tools", "plain")}
     env = {"LOCALSPEC_MODELS": str(models), "LOCALSPEC_DRAFTS": json.dumps(pins)}
     d = start_daemon(tmp_path_factory.mktemp("thinking-home"), models / "think.gguf", ctx=512, env=env)
     yield d
@@ -215,6 +240,16 @@ def test_openai_chat_carries_reasoning_content(oai: openai.OpenAI) -> None:
             reasoning += (choice.delta.model_extra or {}).get("reasoning_content") or ""
             content += choice.delta.content or ""
     assert (reasoning, content) == (REASONING, ANSWER)
+
+
+def test_openai_tool_calls_after_the_reasoning(oai: openai.OpenAI) -> None:
+    tools: Any = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    reply = oai.chat.completions.create(model="think-tools", messages=CHAT, temperature=0, tools=tools)
+    message = reply.choices[0].message
+    assert (message.model_extra or {})["reasoning_content"] == "hello"
+    assert message.tool_calls is not None
+    assert [c.function.name for c in message.tool_calls] == ["get_time"]  # type: ignore[union-attr]
+    assert reply.choices[0].finish_reason == "tool_calls"
 
 
 def test_openai_chat_takes_chat_template_kwargs_and_reasoning_format(oai: openai.OpenAI) -> None:

@@ -444,6 +444,39 @@ def write_thinking_target(path: Path, template: str = THINKING_TEMPLATE) -> Path
     )
 
 
+# The thinking model with tools (Qwen3's way: Hermes calls after the reasoning), whose script opens a
+# call after its reasoning: the grammar writes the call (and its end) from there.
+THINKING_TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}"
+    '\n</tools>\nReturn <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n{% endif %}'
+    + THINKING_TEMPLATE
+)
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+THINKING_TOOLS_SCRIPT = (
+    "<0x0A>",
+    THINK_OPEN,
+    "\u2581hello",
+    THINK_CLOSE,
+    TOOL_CALL_OPEN,
+    TOOL_CALL_CLOSE,
+    IM_END,
+)
+
+
+def write_thinking_tools_target(path: Path) -> Path:
+    """A thinking model that takes tools: "<think> hello</think><tool_call>", the call left to a grammar."""
+    vocab = build_vocab(user_tokens=(THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_CLOSE))
+    return write_tiny_model(
+        path,
+        seed=0,
+        n_layers=2,
+        vocab=vocab,
+        chat_template=THINKING_TOOLS_TEMPLATE,
+        script=THINKING_TOOLS_SCRIPT,
+        name="tiny-think-tools",
+    )
+
+
 def write_endless_target(path: Path) -> Path:
     """The target's weights but for its end token, which it never picks: a reply goes on until
     its token limit or the context ends, for tests that stop one mid-way."""

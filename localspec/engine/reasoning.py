@@ -14,9 +14,33 @@ parser does the same, so a reply splits alike on both servers).
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 OPEN = "<think>"
 CLOSE = "</think>"
+
+
+@dataclass(frozen=True)
+class ThinkTokens:
+    """A thinking model's two tags as single tokens, and whether the prompt opened the block.
+
+    Grammars need them: llguidance reads an added token that looks like `<...>` as a special
+    token, which no free text of a grammar can hold, so a grammar must name them to let the model
+    think (Qwen3's and DeepSeek-R1's tags are such tokens)."""
+
+    open: int
+    close: int
+    inside: bool
+
+
+def thinking_first(lark: str, think: ThinkTokens) -> str:
+    """`lark` (a grammar whose `start` is the answer) with the model's thinking block before it:
+    optional where the reply may open one, required to close where the prompt opened it."""
+    answer = lark.replace("start:", "answer:", 1)
+    thought = f"THOUGHT? <[{think.close}]>"
+    if think.inside:
+        return f"start: {thought} answer\n{answer}THOUGHT: /(.|\\n)+/\n"
+    return f"start: thought? answer\nthought: <[{think.open}]> {thought}\n{answer}THOUGHT: /(.|\\n)+/\n"
 
 
 def thinks(template: str | None) -> bool:

@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import replace
 
 from localspec.engine.constraint import lark_grammar
 from localspec.engine.llama import LlamaModel
+from localspec.engine.reasoning import ThinkTokens, thinking_first
 from localspec.engine.toolcalls import (
     ToolFormat,
     call_grammar,
@@ -41,19 +43,26 @@ def request_tool_format(model: LlamaModel, req: GenerationRequest) -> ToolFormat
     return fmt
 
 
-def call_grammar_for(model: LlamaModel, fmt: ToolFormat, req: GenerationRequest) -> str | None:
+def call_grammar_for(
+    model: LlamaModel, fmt: ToolFormat, req: GenerationRequest, think: ThinkTokens | None = None
+) -> str | None:
     """The grammar for a request's calls: the answer is calls only (tool_choice required or named),
-    or free text whose calls, once opened, must be valid (auto, where the model's markers allow)."""
-
-    def special(marker: str) -> int | None:
-        ids = model.tokenize(marker, add_special=False, parse_special=True)
-        return ids[0] if len(ids) == 1 else None
-
+    or free text whose calls, once opened, must be valid (auto, where the model's markers allow);
+    with `think`, after the thinking model's reasoning."""
+    special = functools.partial(single_token, model)
     if req.tool_choice == "auto":
         lazy = lazy_call_grammar(fmt, req.tools, req.parallel_tool_calls, special)
-        return lark_grammar(lazy, param="tools") if lazy is not None else None
+        if lazy is None:
+            return None
+        return lark_grammar(lazy if think is None else thinking_first(lazy, think), param="tools")
     lark = call_grammar(fmt, req.tools, req.tool_choice, req.parallel_tool_calls, special)
-    return lark_grammar(lark, param="tools")
+    return lark_grammar(lark if think is None else thinking_first(lark, think), param="tools")
+
+
+def single_token(model: LlamaModel, marker: str) -> int | None:
+    """The token `marker` is, where it is one (a call marker, a thinking tag)."""
+    ids = model.tokenize(marker, add_special=False, parse_special=True)
+    return ids[0] if len(ids) == 1 else None
 
 
 # An answer that opens with JSON, bare or in a code fence, may be a call in any family (Qwen2.5-Coder

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Literal
 
 from localspec.engine import heap, interleave
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig
-from localspec.engine.constraint import Constraint, GrammarTokenizer, json_schema_grammar
+from localspec.engine.constraint import (
+    Constraint,
+    GrammarTokenizer,
+    json_schema_grammar,
+    json_schema_lark,
+    lark_grammar,
+)
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
@@ -41,11 +47,19 @@ from localspec.engine.prompting import (
     prompt_forms,
     prompt_tokens,
 )
-from localspec.engine.reasoning import ReasoningSplit, opens_inside, thinks
+from localspec.engine.reasoning import (
+    CLOSE,
+    OPEN,
+    ReasoningSplit,
+    ThinkTokens,
+    opens_inside,
+    thinking_first,
+    thinks,
+)
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
-from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format, single_token
 from localspec.errors import LocalspecError, OverloadedError, StorageError
 from localspec.types import (
     DEFAULT_K,
@@ -626,7 +640,8 @@ class Engine:
         checked_ids(self._target, [token for token, _ in req.sampling.logit_bias], "logit_bias")
         tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req, self.renderer)
-        constraint = self._constraint(req, tool_format)
+        think = self._think_tokens(req, tokens)
+        constraint = self._constraint(req, tool_format, think)
         policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
         reuse = self._prompt_cache.switch(
             self._target,
@@ -665,7 +680,7 @@ class Engine:
         gen.stats.fallback_reason = reason
         gen.stats.dropped_messages = req.dropped_messages
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
-        split = self._reasoning_split(req, tokens, tool_format)
+        split = self._reasoning_split(req, tokens, tool_format, think)
         for chunk in gen.run():
             if chunk is None:  # another request's turn
                 yield
@@ -700,22 +715,47 @@ class Engine:
             job.put(TokenChunk(tail, ()))
         return result
 
+    def _thinking(self, req: GenerationRequest, tokens: Sequence[int]) -> bool | None:
+        """Whether a chat reply starts inside a thinking model's block (its prompt opened it);
+        None where the model does not think, or the request is no chat."""
+        assert self._target is not None
+        template = self._template or chat_template(self._target)
+        if not ((req.messages or req.chat) and thinks(template.source)):
+            return None
+        tail = b"".join(self._target.shown_piece(t) for t in tokens[-4:])
+        return opens_inside(tail.decode("utf-8", errors="replace"))
+
+    def _think_tokens(self, req: GenerationRequest, tokens: Sequence[int]) -> ThinkTokens | None:
+        """A thinking model's tags as single tokens, for a grammar to let it think before its
+        answer (engine.reasoning); None where it does not think or its tags are not single tokens."""
+        assert self._target is not None
+        inside = self._thinking(req, tokens)
+        if inside is None:
+            return None
+        opening, closing = single_token(self._target, OPEN), single_token(self._target, CLOSE)
+        if opening is None or closing is None:
+            return None
+        return ThinkTokens(opening, closing, inside)
+
     def _reasoning_split(
-        self, req: GenerationRequest, tokens: Sequence[int], tool_format: ToolFormat | None
+        self,
+        req: GenerationRequest,
+        tokens: Sequence[int],
+        tool_format: ToolFormat | None,
+        think: ThinkTokens | None,
     ) -> ReasoningSplit | None:
         """The split of a thinking model's chat reply into reasoning and content, where it applies.
 
-        Not where a grammar holds the reply from its first token (a JSON schema, a forced call):
-        the grammar's text is the answer, even where the template opened a thinking block."""
-        assert self._target is not None
-        chat = bool(req.messages) or req.chat
-        template = self._template or chat_template(self._target)
-        if not (req.split_reasoning and chat and thinks(template.source)):
+        Where a grammar holds the reply from its first token (a JSON schema, a forced call) and
+        does not let the model think first (its tags are no single tokens), its text is the
+        answer, even where the template opened a thinking block."""
+        forced = req.json_schema is not None or (tool_format is not None and req.tool_choice != "auto")
+        if not req.split_reasoning or (forced and think is None):
             return None
-        if req.json_schema is not None or (tool_format is not None and req.tool_choice != "auto"):
-            return None
-        tail = b"".join(self._target.shown_piece(t) for t in tokens[-4:])
-        return ReasoningSplit(inside=opens_inside(tail.decode("utf-8", errors="replace")))
+        if think is not None:
+            return ReasoningSplit(think.inside)
+        inside = self._thinking(req, tokens)
+        return ReasoningSplit(inside) if inside is not None else None
 
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many
@@ -727,14 +767,21 @@ class Engine:
             return ()
         return last[2][: common_prefix(last[0], tokens)]
 
-    def _constraint(self, req: GenerationRequest, tool_format: ToolFormat | None) -> Constraint | None:
+    def _constraint(
+        self, req: GenerationRequest, tool_format: ToolFormat | None, think: ThinkTokens | None
+    ) -> Constraint | None:
         """The grammar a request's output must follow, if any: a forced tool call, a JSON schema (which
-        then leaves no room for calls), or valid calls within free text (tool_choice auto)."""
+        then leaves no room for calls), or valid calls within free text (tool_choice auto); with
+        `think`, after the thinking model's reasoning, as Ollama constrains only what follows it."""
         assert self._target is not None
         if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
             grammar: str | None = json_schema_grammar(req.json_schema)
+            if think is not None:
+                grammar = lark_grammar(
+                    thinking_first(json_schema_lark(req.json_schema), think), "json_schema"
+                )
         elif tool_format is not None:
-            grammar = call_grammar_for(self._target, tool_format, req)
+            grammar = call_grammar_for(self._target, tool_format, req, think)
         else:
             grammar = None
         return self._grammar().constraint(grammar) if grammar is not None else None
