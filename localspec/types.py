@@ -179,7 +179,8 @@ class GenerationRequest:
     prompt_logprobs: int | None = None
     # A chat whose prompt and reply would not fit the context drops its oldest messages first, the
     # system messages and the latest kept (Ollama's /api/chat `truncate`; server.truncation), and
-    # `dropped_messages` says how many went (reported in the stats).
+    # `dropped_messages` says how many went (reported in the stats). A prompt past the context on
+    # its own (a single message, /api/generate's prompt) then loses its middle, as Ollama cuts it.
     truncate: bool = False
     dropped_messages: int = 0
     # Stream how far the prompt's read has got (llama-server's `return_progress`): chunks with
@@ -235,6 +236,8 @@ class GenerationStats:
     prediction_accepted: int = 0
     # The chat's oldest messages left out to fit the context (GenerationRequest.truncate).
     dropped_messages: int = 0
+    # A prompt past the context on its own, its middle left out as Ollama cuts it (prompting.cut_to_context).
+    dropped_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

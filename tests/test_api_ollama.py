@@ -366,11 +366,35 @@ def test_a_chat_longer_than_the_context_drops_its_oldest_messages(
         # truncate: false (the ollama package does not send it; Ollama reads it) is the engine's error.
         refused = http.post("/api/chat", json={**body, "truncate": False})
     assert refused.status_code == 400 and "the context holds 1024" in refused.json()["error"]
-    # A latest message too long by itself cannot be cut: the same one-line error.
+    # A latest message too long by itself loses its middle, as Ollama's runner cuts a prompt: its
+    # first 5 tokens and its latest, about half the context (truncate: false, the one-line error).
     alone = [system, {"role": "user", "content": " ".join(m["content"] for m in messages[1:])}]
-    with pytest.raises(ollama.ResponseError) as info:
-        uds_ollama.chat(model="tiny-fim", messages=alone, options={"num_predict": 4})
-    assert info.value.status_code == 400 and "the context holds 1024" in info.value.error
+    single = uds_ollama.chat(model="tiny-fim", messages=alone, options={**GREEDY, "num_predict": 4})
+    assert single.done and single.prompt_eval_count == 1024 - (1024 - 5) // 2
+    with daemon.http() as http:
+        refused = http.post("/api/chat", json={**body, "messages": alone, "truncate": False})
+    assert refused.status_code == 400 and "the context holds 1024" in refused.json()["error"]
+
+
+def test_a_generate_prompt_past_the_context_loses_its_middle(
+    uds_ollama: ollama.Client, daemon: Daemon
+) -> None:
+    """As Ollama's runner cuts it: the first 5 tokens and the latest, about half the context; the
+    count in localspec.dropped_tokens; truncate: false, the one-line error."""
+    prompt = " ".join(f"line {i} of the parser test" for i in range(400))
+    answer = uds_ollama.generate(
+        model="tiny-fim", prompt=prompt, raw=True, options={**GREEDY, "num_predict": 4}
+    )
+    assert answer.done and answer.prompt_eval_count == 1024 - (1024 - 5) // 2
+    body: dict[str, Any] = {"model": "tiny-fim", "prompt": prompt, "raw": True, "stream": False}
+    with daemon.http() as http:
+        stats = http.post("/api/generate", json={**body, "options": {"num_predict": 4}}).json()["localspec"]
+        refused = http.post("/api/generate", json={**body, "truncate": False})
+        whole = len(http.post("/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
+    assert whole > 2 * 1024
+    assert stats["prompt_tokens"] == answer.prompt_eval_count
+    assert stats["dropped_tokens"] == whole - answer.prompt_eval_count
+    assert refused.status_code == 400 and "the context holds 1024" in refused.json()["error"]
 
 
 def test_openai_chat_truncates_only_when_asked(daemon: Daemon) -> None:

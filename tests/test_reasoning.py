@@ -278,7 +278,9 @@ def test_openai_chat_sends_earlier_reasoning_to_the_template(oai: openai.OpenAI)
         return reply.usage.prompt_tokens
 
     bare = prompt_tokens({"content": ANSWER})
-    assert prompt_tokens({"content": ANSWER, "reasoning_content": "a long train of thought"}) > bare
+    shown = prompt_tokens({"content": ANSWER, "reasoning_content": "a long train of thought"})
+    assert shown > bare
+    assert prompt_tokens({"content": ANSWER, "reasoning": "a long train of thought"}) == shown
 
 
 def test_ollama_chat_and_generate_carry_thinking(daemon: Daemon) -> None:

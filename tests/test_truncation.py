@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from localspec.engine.prompting import cut_to_context
 from localspec.server.truncation import fit_context, fit_messages, kept_from, tool_block_start, truncated
 from localspec.types import ChatMessage, GenerationRequest, ToolCall
 
@@ -107,3 +108,15 @@ def test_a_growing_conversation_is_cut_at_places_the_next_turns_keep() -> None:
     moves = [b - a for a, b in itertools.pairwise(stepped) if b != a]
     assert moves and all(m >= 4 for m in moves)  # 40 tokens: 4 turns of 10 at a time
     assert len(moves) * 2 <= len({*least}) - 1  # the least cut moves at least twice as often
+
+
+def test_a_prompt_past_the_context_keeps_its_first_tokens_and_its_latest() -> None:
+    """Ollama's cut (llm/llama_server.go): num_keep (4) and a BOS, then the latest, to about half the
+    context; a prompt the context holds (one position left for the reply) is as it was."""
+    tokens = list(range(3000))
+    cut = cut_to_context(tokens, 1024)
+    assert len(cut) == 1024 - (1024 - 5) // 2 == 515
+    assert cut == tokens[:5] + tokens[-510:]
+    assert cut_to_context(tokens[:1023], 1024) == tokens[:1023]
+    assert len(cut_to_context(tokens[:1024], 1024)) == 515
+    assert cut_to_context(tokens, 4) == tokens[:3]  # a tiny context: room for the first ones only

@@ -149,6 +149,23 @@ def _own_tokens(
     return _tokenize_rendered(model, request.prompt)
 
 
+# Ollama's cut of a prompt past the context (llm/llama_server.go): its first tokens (num_keep, 4, and
+# a BOS) and its latest, with about half the context past them left for the reply (its runners
+# shifted the context by half).
+CUT_KEEP = 5
+
+
+def cut_to_context(tokens: list[int], n_ctx: int) -> list[int]:
+    """`tokens` as Ollama cuts a prompt the context cannot hold: its first CUT_KEEP and its latest,
+    to about half the context; as they are where they fit (at most n_ctx - 1: one position is the
+    first reply token's)."""
+    if len(tokens) < n_ctx:
+        return tokens
+    keep = min(CUT_KEEP, n_ctx - 1)
+    limit = n_ctx - max((n_ctx - keep) // 2, 1)
+    return tokens[:keep] + tokens[len(tokens) - (limit - keep) :]
+
+
 def checked_ids(model: LlamaModel, ids: Sequence[int], param: str, what: str | None = None) -> list[int]:
     """Token ids a client gave (a prompt, a context, ids to show, a logit bias's), each one of the
     model's: llama.cpp reads past its tables otherwise. `what` names them in the error (`param`)."""

@@ -42,6 +42,7 @@ from localspec.engine.prompting import (
     PromptForms,
     chat_template,
     checked_ids,
+    cut_to_context,
     offered_tools,
     prediction_matched,
     prompt_forms,
@@ -640,6 +641,9 @@ class Engine:
         checked_ids(self._target, [token for token, _ in req.sampling.logit_bias], "logit_bias")
         tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req, self.renderer)
+        whole = len(tokens)
+        if req.truncate and req.suffix is None and req.prompt_logprobs is None:
+            tokens = cut_to_context(tokens, self._target.n_ctx)
         think = self._think_tokens(req, tokens)
         constraint = self._constraint(req, tool_format, think)
         policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
@@ -679,6 +683,14 @@ class Engine:
         )
         gen.stats.fallback_reason = reason
         gen.stats.dropped_messages = req.dropped_messages
+        gen.stats.dropped_tokens = whole - len(tokens)
+        if gen.stats.dropped_tokens:
+            log.info(
+                "a %d-token prompt past the %d-token context: its middle left out (%d tokens)",
+                whole,
+                self._target.n_ctx,
+                gen.stats.dropped_tokens,
+            )
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
         split = self._reasoning_split(req, tokens, tool_format, think)
         for chunk in gen.run():

@@ -160,6 +160,9 @@ class OpenAIMessage(_Body):
     reasoning_content: str | None = Field(
         None, description="An assistant turn's reasoning, as a thinking model's reply carried it."
     )
+    reasoning: str | None = Field(
+        None, description="reasoning_content's other name (OpenRouter's, newer vLLM's)."
+    )
 
     def to_message(self) -> ChatMessage:
         content = self.content
@@ -167,7 +170,7 @@ class OpenAIMessage(_Body):
         calls = tuple(c.to_call() for c in self.tool_calls or ())
         # "developer" is OpenAI's newer name for "system"; chat templates know only the latter.
         role = "system" if self.role == "developer" else self.role
-        reasoning = self.reasoning_content or ""
+        reasoning = self.reasoning_content or self.reasoning or ""
         return ChatMessage(role, text, calls, self.tool_call_id, self.name, reasoning)
 
 
