@@ -224,6 +224,21 @@ def _read_ahead(task: _Task, live: Sequence[int]) -> int:
     return shared if shared >= task.n_past else 0
 
 
+def _read_again(target: LlamaModel, tokens: Sequence[int], prompt_len: int) -> None:
+    """Decode a paused reply's `tokens` into the emptied cache (the pause's cost, not the reply's):
+    its prompt in a batch, as it was read; exact, its reply one token at a time, as its verifies
+    round (a batch past EXACT_POSITIONS rounds otherwise, and the reply would go on differently)."""
+    target.reset()
+    target.decode(tokens[:prompt_len], 1)
+    reply = tokens[prompt_len:]
+    if not target.exact:
+        if reply:
+            target.decode(reply, 1)
+        return
+    for token in reply:
+        target.decode([token], 1)
+
+
 def _short(job: Handle) -> bool:
     """Whether `job` may run while a long reply pauses for it (engine.interleave)."""
     return is_short(job.request)
@@ -615,8 +630,7 @@ class Engine:
                 target.load_state(task.state, task.n_past)
         except LocalspecError as exc:
             log.warning("a paused reply's cache could not be loaded back (%s); it is read again", exc)
-            target.reset()
-            target.decode(task.gen.tokens[: task.n_past], 1)  # the pause's cost, not the reply's
+            _read_again(target, task.gen.tokens[: task.n_past], len(task.gen.prompt))
         if task.draft is not None and task.drafted is not None:
             task.draft.restore(task.drafted)
         task.state, task.draft, task.drafted = None, None, None
