@@ -432,16 +432,7 @@ def write_tool_target(path: Path) -> Path:
 
 def write_thinking_target(path: Path, template: str = THINKING_TEMPLATE) -> Path:
     """A thinking model that writes "<think> hello world</think> python function" (THINKING_SCRIPT)."""
-    vocab = build_vocab(user_tokens=(THINK_OPEN, THINK_CLOSE))
-    return write_tiny_model(
-        path,
-        seed=0,
-        n_layers=2,
-        vocab=vocab,
-        chat_template=template,
-        script=THINKING_SCRIPT,
-        name="tiny-think",
-    )
+    return _write_scripted(path, template, THINKING_SCRIPT, (THINK_OPEN, THINK_CLOSE), "tiny-think")
 
 
 # The thinking model with tools (Qwen3's way: Hermes calls after the reasoning), whose script opens a
@@ -465,15 +456,15 @@ THINKING_TOOLS_SCRIPT = (
 
 def write_thinking_tools_target(path: Path) -> Path:
     """A thinking model that takes tools: "<think> hello</think><tool_call>", the call left to a grammar."""
-    vocab = build_vocab(user_tokens=(THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_CLOSE))
+    tags = (THINK_OPEN, THINK_CLOSE, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
+    return _write_scripted(path, THINKING_TOOLS_TEMPLATE, THINKING_TOOLS_SCRIPT, tags, "tiny-think-tools")
+
+
+def _write_scripted(path: Path, template: str, script: Sequence[str], tags: Sequence[str], name: str) -> Path:
+    """A 2-layer model following `script`, whose `tags` are added tokens that render as text."""
+    vocab = build_vocab(user_tokens=tags)
     return write_tiny_model(
-        path,
-        seed=0,
-        n_layers=2,
-        vocab=vocab,
-        chat_template=THINKING_TOOLS_TEMPLATE,
-        script=THINKING_TOOLS_SCRIPT,
-        name="tiny-think-tools",
+        path, seed=0, n_layers=2, vocab=vocab, chat_template=template, script=script, name=name
     )
 
 
