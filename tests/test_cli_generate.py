@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tinymodels
 from click.testing import CliRunner
 
 from localspec.cli import cli
@@ -247,3 +248,19 @@ def test_generate_remote_uses_the_running_daemon(
 def test_generate_remote_without_a_daemon_says_how_to_start_one() -> None:
     code, _, err = invoke("generate", "hi", "--remote")
     assert code == 2 and "localspec serve" in err and err.count("\n") == 1
+
+
+def test_generate_shows_a_thinking_models_reasoning_apart(tmp_path: Path) -> None:
+    """The reasoning to stderr (a person sees the model think), the answer alone to stdout (a pipe
+    gets it); --json carries both."""
+    target = tinymodels.write_thinking_target(tmp_path / "think.gguf")
+    code, out, err = invoke(
+        "generate", "hi there", "--target", str(target), "--max-tokens", "20", *ONE_THREAD
+    )
+    assert code == 0, err
+    assert out.strip() == "python function"
+    assert "hello world\n" in err.splitlines(keepends=True)
+    code, out, err = invoke(*generate_json(target, max_tokens=20))
+    assert code == 0, err
+    answer = json.loads(out)
+    assert (answer["reasoning"], answer["text"]) == ("hello world", "python function")

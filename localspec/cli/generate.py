@@ -17,6 +17,7 @@ from localspec.types import (
     GenerationResult,
     SamplingParams,
     SpecParams,
+    TokenChunk,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,13 +66,32 @@ def generate(prompt: str, **kwargs: Any) -> None:
 
     settings = load_settings(**pop_model_settings(kwargs))
     request = _request(prompt, settings.method, settings.k, kwargs)
-    echo = (lambda _text: None) if kwargs["as_json"] else (lambda text: click.echo(text, nl=False))
+    echo = _printer(kwargs["as_json"])
     result = _remote(settings, request, echo) if kwargs["remote"] else _local(settings, request, echo)
     if kwargs["as_json"]:
         click.echo(json.dumps(_result_json(result)))
     else:
         click.echo()
         click.echo(_stats_line(result), err=True)
+
+
+def _printer(as_json: bool) -> Callable[[TokenChunk], None]:
+    """Each chunk's text to stdout as it comes, and a thinking model's reasoning before it to
+    stderr, dimmed on a terminal: a person sees the model think, a pipe gets the answer alone."""
+    thought = False  # some reasoning went out: the answer starts on a line of its own
+
+    def show(chunk: TokenChunk) -> None:
+        nonlocal thought
+        if chunk.reasoning:
+            click.echo(click.style(chunk.reasoning, dim=True), nl=False, err=True)
+            thought = True
+        if chunk.text:
+            if thought:
+                click.echo("\n", err=True)
+                thought = False
+            click.echo(chunk.text, nl=False)
+
+    return (lambda _chunk: None) if as_json else show
 
 
 def _local(settings: Any, request: GenerationRequest, echo: Any) -> GenerationResult:
@@ -84,7 +104,7 @@ def _local(settings: Any, request: GenerationRequest, echo: Any) -> GenerationRe
             click.echo(f"note: draft not used: {engine.info.draft_error}", err=True)
         handle = engine.submit(request)
         for chunk in handle:
-            echo(chunk.text)
+            echo(chunk)
     assert handle.result is not None
     return handle.result
 
@@ -96,7 +116,7 @@ def _remote(settings: Any, request: GenerationRequest, echo: Any) -> GenerationR
         for event in client.stream(request):
             if isinstance(event, GenerationResult):
                 return event
-            echo(event.text)
+            echo(event)
     raise click.ClickException("the daemon closed the stream before the result")
 
 
@@ -127,6 +147,7 @@ def _request(prompt: str, method: Any, k: int | None, opts: dict[str, Any]) -> G
 def _result_json(result: GenerationResult) -> dict[str, Any]:
     return {
         "text": result.text,
+        **({"reasoning": result.reasoning} if result.reasoning else {}),
         "tokens": list(result.token_ids),
         "finish_reason": result.finish_reason,
         "stats": result.stats.to_dict(),
