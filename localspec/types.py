@@ -238,6 +238,8 @@ class GenerationStats:
     dropped_messages: int = 0
     # A prompt past the context on its own, its middle left out as Ollama cuts it (prompting.cut_to_context).
     dropped_tokens: int = 0
+    # Of `tokens`, a thinking model's reasoning (its text's tokens; engine.reasoning).
+    reasoning_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -232,6 +232,9 @@ def test_openai_chat_carries_reasoning_content(oai: openai.OpenAI) -> None:
     message = reply.choices[0].message
     assert message.content == ANSWER
     assert (message.model_extra or {})["reasoning_content"] == REASONING
+    # "hello world": two of the reply's tokens (with its tags and "python function", 7 with the end).
+    assert reply.usage is not None and reply.usage.completion_tokens_details is not None
+    assert reply.usage.completion_tokens_details.reasoning_tokens == 2
 
     stream = oai.chat.completions.create(model="think", messages=CHAT, temperature=0, stream=True)
     reasoning, content = "", ""
@@ -372,6 +375,7 @@ def test_responses_carry_a_reasoning_item(oai: openai.OpenAI) -> None:
     assert reasoning.type == "reasoning" and reasoning.content is not None
     assert reasoning.content[0].text == REASONING
     assert response.output_text == ANSWER
+    assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens == 2
 
     with oai.responses.stream(model="think", input="hi there", temperature=0) as stream:
         events = list(stream)

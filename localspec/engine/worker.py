@@ -726,6 +726,9 @@ class Engine:
             if job.stream and (reasoning or text):
                 job.put(TokenChunk(text, (), reasoning=reasoning))
             gen.result = replace(gen.result, text=split.answer, reasoning=split.reasoning)
+            if split.reasoning:
+                thought = self._target.tokenize(split.reasoning, add_special=False, parse_special=False)
+                gen.stats.reasoning_tokens = min(len(thought), gen.stats.tokens)
         if req.prediction:
             predicted = self._target.tokenize(req.prediction, add_special=False, parse_special=False)
             gen.stats.prediction_tokens = len(predicted)

@@ -223,13 +223,17 @@ def _usage(results: Sequence[GenerationResult], per_prompt: int = 1) -> dict[str
         # The prompt's tokens taken from a cache rather than read (the last request's, or a saved one).
         "prompt_tokens_details": {"cached_tokens": sum(r.stats.cached_tokens for r in results[::per_prompt])},
     }
+    details: dict[str, int] = {}
     predicted = sum(r.stats.prediction_tokens for r in results)
     if predicted:  # as OpenAI counts a prediction: its tokens the reply has, and not
         accepted = sum(r.stats.prediction_accepted for r in results)
-        usage["completion_tokens_details"] = {
-            "accepted_prediction_tokens": accepted,
-            "rejected_prediction_tokens": predicted - accepted,
-        }
+        details["accepted_prediction_tokens"] = accepted
+        details["rejected_prediction_tokens"] = predicted - accepted
+    reasoning = sum(r.stats.reasoning_tokens for r in results)
+    if reasoning:  # a thinking model's, of completion_tokens
+        details["reasoning_tokens"] = reasoning
+    if details:
+        usage["completion_tokens_details"] = details
     return usage
 
 

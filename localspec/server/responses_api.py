@@ -272,7 +272,7 @@ def _usage(result: GenerationResult) -> dict[str, Any]:
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": result.stats.cached_tokens},
         "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": result.stats.reasoning_tokens},
         "total_tokens": prompt + output,
     }
 
