@@ -193,6 +193,9 @@ class GenerationRequest:
     # A thinking model's chat reply comes split: its reasoning apart from its content
     # (engine.reasoning). False leaves `<think>...</think>` in the content, as written.
     split_reasoning: bool = True
+    # The most tokens a thinking model's reasoning may take (Anthropic's thinking.budget_tokens):
+    # past them a grammar closes the block and the answer follows. None: no bound.
+    thinking_budget: int | None = None
 
 
 @dataclass

@@ -183,6 +183,18 @@ def test_a_schema_holds_the_answer_after_the_reasoning(models: Path, model: str)
     assert isinstance(json.loads(result.text)["ok"], bool)
 
 
+def test_a_thinking_budget_closes_the_block_and_the_answer_follows(models: Path) -> None:
+    """Past its budget the reasoning's block is closed for the model (a grammar), and it answers."""
+    with engine(models / "think.gguf") as eng:
+        one = eng.generate(ask(thinking_budget=1))
+        ample = eng.generate(ask(thinking_budget=50))
+    with engine(models / "think-open.gguf") as eng:
+        none = eng.generate(ask(thinking_budget=0))
+    assert (one.reasoning, one.text) == ("hello", ANSWER)
+    assert (ample.reasoning, ample.text) == (REASONING, ANSWER)  # a bound it stays within changes nothing
+    assert (none.reasoning, none.text) == ("", ANSWER)  # the block the prompt opened, closed at once
+
+
 @pytest.mark.parametrize("choice", ["auto", "required"])
 def test_a_thinking_model_calls_a_tool_after_its_reasoning(models: Path, choice: ToolChoice) -> None:
     """Qwen3's way: the reasoning, then a call. With tools offered, the call's grammar (lazy for
@@ -365,6 +377,20 @@ def test_anthropic_messages_carry_thinking_blocks(daemon: Daemon) -> None:
             messages=history,
         )
         assert [b.type for b in again.content] == ["thinking", "text"]
+        # budget_tokens bounds the reasoning (Anthropic asks for 1,024 at least; the tiny model's is 2).
+        bounded = client.messages.create(
+            model="think",
+            max_tokens=20,
+            extra_body=GREEDY,
+            thinking={"type": "enabled", "budget_tokens": 1},
+            messages=[{"role": "user", "content": "hi there"}],
+        )
+        assert [
+            (b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in bounded.content
+        ] == [
+            ("thinking", "hello"),
+            ("text", ANSWER),
+        ]
 
 
 def test_responses_carry_a_reasoning_item(oai: openai.OpenAI) -> None:

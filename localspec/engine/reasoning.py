@@ -31,16 +31,32 @@ class ThinkTokens:
     open: int
     close: int
     inside: bool
+    # The most tokens the reasoning may take (Anthropic's budget_tokens): past it the block is closed
+    # for the model. None: no bound.
+    budget: int | None = None
+
+
+# A grammar whose answer is any text, for a thinking budget where nothing else holds the reply.
+FREE_ANSWER = "start: ANSWER?\nANSWER: /(.|\\n)+/\n"
 
 
 def thinking_first(lark: str, think: ThinkTokens) -> str:
     """`lark` (a grammar whose `start` is the answer) with the model's thinking block before it:
-    optional where the reply may open one, required to close where the prompt opened it."""
+    optional where the reply may open one, required to close where the prompt opened it; within
+    `think.budget` tokens where there is one (0: none, the block closed at once)."""
     answer = lark.replace("start:", "answer:", 1)
-    thought = f"THOUGHT? <[{think.close}]>"
+    if think.budget is None:
+        text, rule = "THOUGHT?", "THOUGHT: /(.|\\n)+/\n"
+    elif think.budget > 0:
+        text, rule = "thought_text?", f"thought_text[max_tokens={think.budget}]: /(.|\\n)+/\n"
+    else:
+        text, rule = "", ""
+    closed = f"{text} <[{think.close}]>".strip()
     if think.inside:
-        return f"start: {thought} answer\n{answer}THOUGHT: /(.|\\n)+/\n"
-    return f"start: thought? answer\nthought: <[{think.open}]> {thought}\n{answer}THOUGHT: /(.|\\n)+/\n"
+        return f"start: {closed} answer\n{answer}{rule}"
+    if think.budget == 0:
+        return f"start: answer\n{answer}"
+    return f"start: thought? answer\nthought: <[{think.open}]> {closed}\n{answer}{rule}"
 
 
 def thinks(template: str | None) -> bool:

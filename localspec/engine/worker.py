@@ -50,6 +50,7 @@ from localspec.engine.prompting import (
 )
 from localspec.engine.reasoning import (
     CLOSE,
+    FREE_ANSWER,
     OPEN,
     ReasoningSplit,
     ThinkTokens,
@@ -660,7 +661,12 @@ class Engine:
             tokens = cut_to_context(tokens, self._target.n_ctx)
         think = self._think_tokens(req, tokens)
         constraint = self._constraint(req, tool_format, think)
-        policy, method, k, reason = self._policy(req, tokens, json_reply=constraint is not None)
+        json_reply = constraint is not None
+        if constraint is None and think is not None and think.budget is not None:  # the budget alone
+            constraint = self._grammar().constraint(
+                lark_grammar(thinking_first(FREE_ANSWER, think), "thinking")
+            )
+        policy, method, k, reason = self._policy(req, tokens, json_reply=json_reply)
         reuse = self._prompt_cache.switch(
             self._target,
             self._kv_tokens,
@@ -764,7 +770,7 @@ class Engine:
         opening, closing = single_token(self._target, OPEN), single_token(self._target, CLOSE)
         if opening is None or closing is None:
             return None
-        return ThinkTokens(opening, closing, inside)
+        return ThinkTokens(opening, closing, inside, req.thinking_budget)
 
     def _reasoning_split(
         self,

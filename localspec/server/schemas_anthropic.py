@@ -163,7 +163,7 @@ class _AnthropicBase(_Body):
     thinking: dict[str, Any] | None = Field(
         None,
         description='{"type": "enabled"} or "disabled" asks a thinking model\'s template for reasoning '
-        "or not (enable_thinking); budget_tokens is not enforced. Reasoning goes out in thinking blocks.",
+        "or not (enable_thinking); budget_tokens bounds it. Reasoning goes out in thinking blocks.",
     )
     # Claude Code sends it; there is nothing to bill.
     metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
@@ -171,6 +171,16 @@ class _AnthropicBase(_Body):
     def template_kwargs(self) -> dict[str, Any]:
         kind = (self.thinking or {}).get("type")
         return {"enable_thinking": kind == "enabled"} if kind in ("enabled", "disabled") else {}
+
+    def thinking_budget(self) -> int | None:
+        """budget_tokens where thinking is enabled: the reasoning's bound (engine.reasoning)."""
+        thinking = self.thinking or {}
+        budget = thinking.get("budget_tokens")
+        if thinking.get("type") != "enabled" or budget is None:
+            return None
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise UserInputError("thinking.budget_tokens must be a whole number of tokens", param="thinking")
+        return budget
 
     def chat(self) -> tuple[ChatMessage, ...]:
         system = block_text(self.system, "system") if self.system else ""
@@ -222,5 +232,6 @@ def messages_request(body: MessagesBody, spec: SpecParams) -> GenerationRequest:
         sampling=body.sampling(),
         speculative=spec_params(body.speculative, spec),
         template_kwargs=body.template_kwargs(),
+        thinking_budget=body.thinking_budget(),
         **body.tool_fields(),
     )
