@@ -422,14 +422,16 @@ async def test_the_chat_app_shows_the_reasoning_apart_and_keeps_the_answer(
     daemon: Daemon, localspec_home: Path
 ) -> None:
     client = daemon.client()
-    app = make_app(load_settings(), client, store=ChatStore(localspec_home / "chats"), max_tokens=20)
+    store = ChatStore(localspec_home / "chats")
+    app = make_app(load_settings(), client, store=store, max_tokens=20)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_until(pilot, lambda: app.health is not None)
             await type_and_send(pilot, "hi")
             await wait_until(pilot, lambda: len(app.chat.messages) == 2 and not app.generating)
-            # The history keeps the answer alone, as thinking models' templates want earlier turns.
-            assert app.chat.messages[-1] == ChatMessage("assistant", ANSWER)
+            # The reasoning is kept beside the answer, to be shown again; the requests send the answer
+            # alone, as thinking models' templates want earlier turns.
+            assert app.chat.messages[-1] == ChatMessage("assistant", ANSWER, reasoning=REASONING)
             view = [v for v in app.query(MessageView) if v.role == "assistant"][-1]
             assert view.source == f"> {REASONING}\n\n{ANSWER}"  # the reasoning quoted, then the answer
             await pilot.press("f2")  # the drafts' colours: plain text, the reasoning in its own style
@@ -438,5 +440,13 @@ async def test_the_chat_app_shows_the_reasoning_apart_and_keeps_the_answer(
             spans = app.query_one(DraftView).spans
             assert spans[0] == (REASONING, REASONING_STYLE)
             assert "".join(text for text, _ in spans) == f"{REASONING}\n\n{ANSWER}"
+        # Resumed, the chat shows the reasoning again, as it was shown.
+        resumed = make_app(load_settings(), client, store=store, resume=app.chat.id, max_tokens=20)
+        async with resumed.run_test(size=(80, 24)) as pilot:
+            await wait_until(
+                pilot, lambda: len([v for v in resumed.query(MessageView) if v.role == "assistant"]) == 2
+            )
+            first = next(v for v in resumed.query(MessageView) if v.role == "assistant")
+            assert first.source == f"> {REASONING}\n\n{ANSWER}"
     finally:
         client.close()

@@ -31,7 +31,7 @@ from tui.connection import Connection, SessionDaemon
 from tui.keys import bindings, help_rows
 from tui.live_stats import LiveStats
 from tui.messages import DaemonLost, DaemonReady, DaemonStatus, ReplyChunks, ReplyDone, ReplyFailed
-from tui.reply import DraftOutput, MarkdownOutput, Reply, ReplyOutput, read_stream
+from tui.reply import DraftOutput, MarkdownOutput, Reply, ReplyOutput, quoted, read_stream
 from tui.screens.chat_picker import ChatPickerScreen
 from tui.screens.help import HelpScreen
 from tui.screens.models import ModelsScreen
@@ -123,7 +123,7 @@ class ChatApp(App[None]):
         if self.chat.system_prompt:
             await self.chat_log.add("system", self.chat.system_prompt)
         for message in self.chat.messages:
-            await self.chat_log.add(message.role, message.content)
+            await self.chat_log.add(message.role, quoted(message.reasoning) + message.content)
         self.sub_title = self.chat.title if self.chat.messages else ""
 
     # --- the daemon ---------------------------------------------------------------------
@@ -281,7 +281,7 @@ class ChatApp(App[None]):
         if note is not None:
             reply.view.mark(note)
         if reply.text:
-            self.chat.messages.append(ChatMessage("assistant", reply.text))
+            self.chat.messages.append(ChatMessage("assistant", reply.text, reasoning=reply.reasoning))
         elif note is not None:
             await reply.view.remove()
         self.store.save(self.chat)

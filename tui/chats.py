@@ -63,12 +63,15 @@ class Chat:
             "created": self.created,
             "updated": self.updated,
             "system_prompt": self.system_prompt,
-            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            "messages": [_message_dict(m) for m in self.messages],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Chat:
-        messages = [ChatMessage(str(m["role"]), str(m["content"])) for m in data.get("messages", [])]
+        messages = [
+            ChatMessage(str(m["role"]), str(m["content"]), reasoning=str(m.get("reasoning", "")))
+            for m in data.get("messages", [])
+        ]
         return cls(
             id=str(data["id"]),
             created=float(data.get("created", 0.0)),
@@ -76,6 +79,13 @@ class Chat:
             system_prompt=str(data.get("system_prompt", "")),
             messages=messages,
         )
+
+
+def _message_dict(message: ChatMessage) -> dict[str, str]:
+    """A turn as the chat's file keeps it: a thinking model's reasoning beside its answer, where it
+    wrote one (shown again when the chat is resumed; never sent back to the model)."""
+    saved = {"role": message.role, "content": message.content}
+    return {**saved, "reasoning": message.reasoning} if message.reasoning else saved
 
 
 class ChatStore:

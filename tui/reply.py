@@ -40,6 +40,11 @@ class ReplyOutput(Protocol):
     async def stop(self) -> None: ...
 
 
+def quoted(reasoning: str) -> str:
+    """A thinking model's reasoning as the Markdown quote shown above its answer."""
+    return "> " + reasoning.replace("\n", "\n> ") + "\n\n" if reasoning else ""
+
+
 class MarkdownOutput:
     """The usual view: Markdown, rendered incrementally (code blocks highlighted); a thinking
     model's reasoning as a quote before the answer."""
@@ -97,6 +102,7 @@ class Reply:
     buffer: ChunkBuffer = field(default_factory=ChunkBuffer)
     abort: StreamAbort = field(default_factory=StreamAbort)
     parts: list[str] = field(default_factory=list)
+    thoughts: list[str] = field(default_factory=list)  # a thinking model's reasoning
 
     @property
     def view(self) -> Turn:
@@ -105,6 +111,10 @@ class Reply:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.thoughts)
 
     async def take(self) -> None:
         """Everything that has arrived: into the live stats, the text and the view."""
@@ -119,6 +129,7 @@ class Reply:
         if not chunks:
             return
         self.parts.extend(chunk.text for chunk in chunks)
+        self.thoughts.extend(chunk.reasoning for chunk in chunks)
         await self.output.write(chunks)
 
 
