@@ -393,6 +393,31 @@ def test_anthropic_messages_carry_thinking_blocks(daemon: Daemon) -> None:
         ]
 
 
+def test_anthropic_thinking_then_a_tool_use_as_claude_code_reads_them(daemon: Daemon) -> None:
+    """The reasoning's block first, then the call's, each with its own index, streamed and whole."""
+    tools: Any = [{"name": "get_time", "description": "The time now", "input_schema": {"type": "object"}}]
+    asked: Any = {"model": "think-tools", "max_tokens": 60, "extra_body": GREEDY, "tools": tools}
+    with daemon.anthropic(max_retries=0) as client:
+        message = client.messages.create(**asked, messages=[{"role": "user", "content": "what time is it"}])
+        with client.messages.stream(
+            **asked, messages=[{"role": "user", "content": "what time is it"}]
+        ) as stream:
+            events = list(stream)
+            final = stream.get_final_message()
+    for reply in (message, final):
+        assert [b.type for b in reply.content] == ["thinking", "tool_use"]
+        assert reply.content[0].thinking == "hello"  # type: ignore[union-attr]
+        assert reply.content[1].name == "get_time" and reply.content[1].input == {}  # type: ignore[union-attr]
+        assert reply.stop_reason == "tool_use"
+    blocks = [(e.type, e.index) for e in events if e.type in ("content_block_start", "content_block_stop")]
+    assert blocks == [
+        ("content_block_start", 0),
+        ("content_block_stop", 0),
+        ("content_block_start", 1),
+        ("content_block_stop", 1),
+    ]
+
+
 def test_responses_carry_a_reasoning_item(oai: openai.OpenAI) -> None:
     response = oai.responses.create(model="think", input="hi there", temperature=0)
     kinds = [item.type for item in response.output]
@@ -450,3 +475,17 @@ async def test_the_chat_app_shows_the_reasoning_apart_and_keeps_the_answer(
             assert first.source == f"> {REASONING}\n\n{ANSWER}"
     finally:
         client.close()
+
+
+def test_responses_reasoning_then_a_function_call(oai: openai.OpenAI) -> None:
+    tools: Any = [{"type": "function", "name": "get_time", "parameters": {"type": "object"}}]
+    response = oai.responses.create(model="think-tools", input="what time is it", temperature=0, tools=tools)
+    assert [item.type for item in response.output] == ["reasoning", "function_call"]
+    with oai.responses.stream(
+        model="think-tools", input="what time is it", temperature=0, tools=tools
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["reasoning", "function_call"]
+    added = [(e.output_index, e.item.type) for e in events if e.type == "response.output_item.added"]
+    assert added == [(0, "reasoning"), (1, "function_call")]
