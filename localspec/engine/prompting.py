@@ -139,9 +139,7 @@ def _own_tokens(
         if renderer is None:
             with TemplateRenderer() as own:
                 return _own_tokens(model, request, own)
-        tools = offered_tools(request)
-        text = renderer.render(chat_template(model), request.messages, tools, request.template_kwargs)
-        return _tokenize_rendered(model, text)
+        return _tokenize_rendered(model, rendered_chat(renderer, chat_template(model), request))
     if request.prompt_ids is not None:
         return checked_ids(model, request.prompt_ids, "prompt")
     if request.prompt is None:
@@ -186,6 +184,12 @@ def chat_template(model: LlamaModel) -> ChatTemplate:
     bos = model.token_text(_special(model, "tokenizer.ggml.bos_token_id"))
     eos = model.token_text(_special(model, "tokenizer.ggml.eos_token_id"))
     return ChatTemplate(source, bos, eos, model.path.name)
+
+
+def rendered_chat(renderer: TemplateRenderer, template: ChatTemplate, request: GenerationRequest) -> str:
+    """A chat request's messages as `template` renders them, with the tools it offers and its own
+    template variables (chat_template_kwargs)."""
+    return renderer.render(template, request.messages, offered_tools(request), request.template_kwargs)
 
 
 def offered_tools(request: GenerationRequest) -> tuple[ToolSpec, ...]:

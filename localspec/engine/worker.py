@@ -43,10 +43,10 @@ from localspec.engine.prompting import (
     chat_template,
     checked_ids,
     cut_to_context,
-    offered_tools,
     prediction_matched,
     prompt_forms,
     prompt_tokens,
+    rendered_chat,
 )
 from localspec.engine.reasoning import (
     CLOSE,
@@ -335,8 +335,7 @@ class Engine:
         template = self._template
         if not request.messages or request.suffix is not None or template is None:
             return request
-        tools = offered_tools(request)
-        text = self.renderer.render(template, request.messages, tools, request.template_kwargs)
+        text = rendered_chat(self.renderer, template, request)
         return replace(request, messages=(), prompt=text, chat=True)
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -659,7 +658,8 @@ class Engine:
         whole = len(tokens)
         if req.truncate and req.suffix is None and req.prompt_logprobs is None:
             tokens = cut_to_context(tokens, self._target.n_ctx)
-        think = self._think_tokens(req, tokens)
+        inside = self._thinking(req, tokens)
+        think = self._think_tokens(req, inside)
         constraint = self._constraint(req, tool_format, think)
         json_reply = constraint is not None
         if constraint is None and think is not None and think.budget is not None:  # the budget alone
@@ -712,7 +712,7 @@ class Engine:
                 gen.stats.dropped_tokens,
             )
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
-        split = self._reasoning_split(req, tokens, tool_format, think)
+        split = self._reasoning_split(req, inside, tool_format, think)
         for chunk in gen.run():
             if chunk is None:  # another request's turn
                 yield
@@ -760,11 +760,11 @@ class Engine:
         tail = b"".join(self._target.shown_piece(t) for t in tokens[-4:])
         return opens_inside(tail.decode("utf-8", errors="replace"))
 
-    def _think_tokens(self, req: GenerationRequest, tokens: Sequence[int]) -> ThinkTokens | None:
+    def _think_tokens(self, req: GenerationRequest, inside: bool | None) -> ThinkTokens | None:
         """A thinking model's tags as single tokens, for a grammar to let it think before its
-        answer (engine.reasoning); None where it does not think or its tags are not single tokens."""
+        answer (engine.reasoning); None where it does not think (`inside`, as `_thinking` says) or
+        its tags are not single tokens."""
         assert self._target is not None
-        inside = self._thinking(req, tokens)
         if inside is None:
             return None
         opening, closing = single_token(self._target, OPEN), single_token(self._target, CLOSE)
@@ -772,25 +772,20 @@ class Engine:
             return None
         return ThinkTokens(opening, closing, inside, req.thinking_budget)
 
+    @staticmethod
     def _reasoning_split(
-        self,
-        req: GenerationRequest,
-        tokens: Sequence[int],
-        tool_format: ToolFormat | None,
-        think: ThinkTokens | None,
+        req: GenerationRequest, inside: bool | None, tool_format: ToolFormat | None, think: ThinkTokens | None
     ) -> ReasoningSplit | None:
-        """The split of a thinking model's chat reply into reasoning and content, where it applies.
+        """The split of a thinking model's chat reply into reasoning and content, where it applies
+        (`inside`, as `_thinking` says: None, the model does not think or this is no chat).
 
         Where a grammar holds the reply from its first token (a JSON schema, a forced call) and
         does not let the model think first (its tags are no single tokens), its text is the
         answer, even where the template opened a thinking block."""
         forced = req.json_schema is not None or (tool_format is not None and req.tool_choice != "auto")
-        if not req.split_reasoning or (forced and think is None):
+        if inside is None or not req.split_reasoning or (forced and think is None):
             return None
-        if think is not None:
-            return ReasoningSplit(think.inside)
-        inside = self._thinking(req, tokens)
-        return ReasoningSplit(inside) if inside is not None else None
+        return ReasoningSplit(inside)
 
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many
