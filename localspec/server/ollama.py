@@ -90,12 +90,12 @@ class OllamaFormat:
         }
         return json_bytes(body) + b"\n"
 
-    def _done(self, result: GenerationResult, text: str) -> dict[str, Any]:
+    def _done(self, result: GenerationResult, text: str, thinking: str = "") -> dict[str, Any]:
         done_reason = "length" if result.finish_reason == "length" else "stop"
         return {
             "model": self.model,
             "created_at": _now(),
-            **self._text(text, result),
+            **self._text(text, result, thinking),
             "done": True,
             "done_reason": done_reason,
             # As Ollama answers it: the prompt's tokens and the reply's, for a next request's context.
@@ -115,8 +115,7 @@ class OllamaFormat:
         return json_bytes({"error": exc.message}) + b"\n"
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
-        body = {**self._done(result, result.text), **self._logprobs(result.logprobs)}
-        return {**body, **self._text(result.text, result, result.reasoning)}
+        return {**self._done(result, result.text, result.reasoning), **self._logprobs(result.logprobs)}
 
 
 def _loaded(model: str, text: dict[str, Any]) -> dict[str, Any]:
