@@ -468,6 +468,56 @@ def _write_scripted(path: Path, template: str, script: Sequence[str], tags: Sequ
     )
 
 
+# gpt-oss's harmony format (engine.harmony), its markers as its GGUF has them: control tokens, of which
+# llama.cpp renders <|channel|>, <|message|>, <|start|> and <|constrain|> as text, and ends a reply at
+# <|return|> or <|call|>. Tools go to the template, as gpt-oss's puts them in a developer message.
+HARMONY_MARKERS = (
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|constrain|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+)
+HARMONY_TEMPLATE = (
+    "{% if tools %}<|start|>developer<|message|># Tools\n{% for tool in tools %}{{ tool | tojson }}\n"
+    "{% endfor %}<|end|>{% endif %}{% for m in messages %}{% if m.role == 'assistant' %}"
+    "{% if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}"
+    "{% for c in m.tool_calls or [] %}<|start|>assistant to=functions.{{ c.function.name }}"
+    "<|channel|>commentary json<|message|>{{ c.function.arguments | tojson }}<|call|>{% endfor %}"
+    "{% if m.content %}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>{% endif %}"
+    "{% elif m.role == 'tool' %}<|start|>functions.{{ m.name }} to=assistant<|channel|>commentary"
+    "<|message|>{{ m.content | tojson }}<|end|>{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}"
+    "<|end|>{% endif %}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
+
+def write_harmony_target(path: Path) -> Path:
+    """A gpt-oss-like model that writes "<|channel|>analysis<|message|> hello<|end|><|channel|>final
+    <|message|> python function<|return|>" after its template's prompt (`<|start|>assistant`): its
+    reasoning " hello", its answer " python function". A piece is scripted once, so it writes its
+    second channel and message markers as two plain pieces each (the same text), and no
+    `<|start|>assistant` between its messages (gpt-oss does; engine.harmony reads a message's end
+    either way). "assistant" is an added token, so a prompt always ends with the same one."""
+    halves = ("<|chan", "nel|>", "<|mess", "age|>")
+    vocab = build_vocab(
+        extra_tokens=HARMONY_MARKERS, pieces=(*halves, "analysis", "final"), user_tokens=("assistant",)
+    )
+    script = ["assistant", "<|channel|>", "analysis", "<|message|>", "\u2581hello", "<|end|>"]
+    script += [*halves[:2], "final", *halves[2:], "\u2581python", "\u2581function", "<|return|>"]
+    return write_tiny_model(
+        path,
+        seed=0,
+        n_layers=2,
+        vocab=vocab,
+        eos_id=vocab.id("<|return|>"),
+        chat_template=HARMONY_TEMPLATE,
+        script=script,
+        name="tiny-harmony",
+    )
+
+
 def write_endless_target(path: Path) -> Path:
     """The target's weights but for its end token, which it never picks: a reply goes on until
     its token limit or the context ends, for tests that stop one mid-way."""

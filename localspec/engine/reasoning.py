@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from localspec.engine.harmony import harmony
+
 OPEN = "<think>"
 CLOSE = "</think>"
 
@@ -62,6 +64,12 @@ def thinking_first(lark: str, think: ThinkTokens) -> str:
 def thinks(template: str | None) -> bool:
     """Whether a chat template is a thinking model's: it writes (or reads back) both tags."""
     return template is not None and OPEN in template and CLOSE in template
+
+
+def reasons(template: str | None) -> bool:
+    """Whether a model with this chat template gives its reasoning apart from its answer: in
+    `<think>` tags, or in harmony's analysis channel (gpt-oss: engine.harmony)."""
+    return thinks(template) or harmony(template)
 
 
 def opens_inside(prompt_tail: str) -> bool:

@@ -205,7 +205,8 @@ def _turn(message: ChatMessage) -> dict[str, Any]:
     if message.name is not None:
         turn["name"] = message.name
     if message.reasoning:
-        turn["reasoning_content"] = message.reasoning
+        # Qwen3's and DeepSeek's templates read `reasoning_content`; gpt-oss's reads `thinking`.
+        turn["reasoning_content"] = turn["thinking"] = message.reasoning
     return turn
 
 

@@ -6,6 +6,8 @@ template alone. Families, detected from the template text:
 - hermes (Qwen2.5, Qwen3, Hermes): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`
 - mistral: `[TOOL_CALLS] [{"name": ..., "arguments": {...}}]`
 - llama3 (Llama 3.1+): `{"name": ..., "parameters": {...}}` (custom tools are bare JSON)
+- harmony (gpt-oss): a `commentary` message to `functions.NAME` whose body is the arguments;
+  engine.harmony's split writes it into the answer between `<|call|>` and `<|end|>`
 - generic: a template that renders `tools` with none of those markers: a bare JSON call
 
 Control tokens such as `[TOOL_CALLS]` and `<|python_tag|>` render as no text, so for the
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from localspec.engine import harmony
+from localspec.engine.harmony import SpecialFn, marker
 from localspec.types import NamedTool, ToolCall, ToolChoice, ToolSpec
 
 
@@ -33,12 +37,16 @@ class ToolFormat:
     args_key: str = "arguments"
     # The whole answer is one JSON array of calls (mistral) rather than one object per call.
     array: bool = False
+    # An answer that is bare JSON may be a call (a model that forgets its markers); not where the
+    # format keeps calls apart from the answer (harmony's own messages).
+    bare: bool = True
 
 
 HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>")
 MISTRAL = ToolFormat("mistral", "[TOOL_CALLS]", array=True)
 LLAMA3 = ToolFormat("llama3", args_key="parameters")
 GENERIC = ToolFormat("generic")
+HARMONY = ToolFormat("harmony", harmony.CALL_START, harmony.CALL_END, bare=False)
 
 _USES_TOOLS = re.compile(r"\btools\b")
 
@@ -47,6 +55,8 @@ def tool_format(template: str | None) -> ToolFormat | None:
     """The tool-call family a chat template speaks, or None when it has no tool support."""
     if not template or not _USES_TOOLS.search(template):
         return None
+    if harmony.harmony(template):
+        return HARMONY
     if "<tool_call>" in template:
         return HERMES
     if "[TOOL_CALLS]" in template:
@@ -68,7 +78,7 @@ def parse_tool_calls(fmt: ToolFormat, text: str) -> tuple[str, list[ToolCall]]:
     """Split a model's answer into its content and the calls it wrote (none if it wrote none)."""
     if fmt.start and fmt.end:
         content, calls = _parse_wrapped(fmt, text)
-        if calls:
+        if calls or not fmt.bare:
             return content, calls
     body = _unfence(text.strip().removeprefix(fmt.start).strip())
     calls = _calls_from_json(fmt, body)
@@ -137,22 +147,20 @@ def _call(fmt: ToolFormat, item: Any) -> ToolCall | None:
 
 # --- forcing a call ------------------------------------------------------------------
 
-# Token id of a marker when it is one special token (then the grammar names the token, as the model
-# was trained to write it), else None (the grammar spells it out).
-SpecialFn = Callable[[str], int | None]
-
 
 def call_grammar(
     fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice, parallel: bool, special: SpecialFn
 ) -> str:
     """A Lark grammar (llguidance's dialect) whose every sentence is a valid call in `fmt`."""
+    if fmt is HARMONY:
+        return _harmony_call(tools, choice, special)
     one = _one_call(fmt, tools, choice)
     if fmt.array:
         array = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
-        return f"start: {_literal(fmt.start, special)} {_json(array)}\n"
-    call = f"{_literal(fmt.start, special)} " if fmt.start else ""
+        return f"start: {marker(fmt.start, special)} {_json(array)}\n"
+    call = f"{marker(fmt.start, special)} " if fmt.start else ""
     if fmt.end:
-        call += f'"\\n" {_json(one)} "\\n" {_literal(fmt.end, special)}'
+        call += f'"\\n" {_json(one)} "\\n" {marker(fmt.end, special)}'
     else:
         call += _json(one)
     repeat = ' ("\\n" call)*' if parallel and fmt.end else ""
@@ -166,14 +174,34 @@ def lazy_call_grammar(
 
     Only where both markers are single special tokens, which free text can never contain: then
     the opening token is the trigger, and what follows it is forced as far as the schemas go
-    (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise.
+    (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise, and
+    for harmony, whose call opens with a channel's name (no one token to trigger on).
     """
-    if not (fmt.start and fmt.end) or special(fmt.start) is None or special(fmt.end) is None:
+    if (
+        fmt is HARMONY
+        or not (fmt.start and fmt.end)
+        or special(fmt.start) is None
+        or special(fmt.end) is None
+    ):
         return None
     one = _one_call(fmt, tools, "auto")
-    call = f'{_literal(fmt.start, special)} "\\n" {_json(one)} "\\n" {_literal(fmt.end, special)}'
+    call = f'{marker(fmt.start, special)} "\\n" {_json(one)} "\\n" {marker(fmt.end, special)}'
     calls = "*" if parallel else "?"
     return f"start: TEXT? (call TEXT?){calls}\ncall: {call}\nTEXT: /(.|\\n)+/\n"
+
+
+def _harmony_call(tools: Sequence[ToolSpec], choice: ToolChoice, special: SpecialFn) -> str:
+    """gpt-oss's call (one a reply: `<|call|>` ends it), after the analysis it may write first."""
+    from localspec.engine.constraint import JSON_OPTIONS
+
+    chosen = [t for t in tools if not isinstance(choice, NamedTool) or t.name == choice.name]
+    calls = " | ".join(
+        harmony.message_opening(f"commentary to=functions.{t.name}", special)
+        + " "
+        + _json({**(dict(t.parameters) or {"type": "object", "properties": {}}), "x-guidance": JSON_OPTIONS})
+        for t in chosen
+    )
+    return harmony.forced_reply(f"({calls})", special)
 
 
 def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
@@ -195,11 +223,6 @@ def _call_schema(fmt: ToolFormat, tool: ToolSpec) -> dict[str, Any]:
 
 def _json(schema: dict[str, Any]) -> str:
     return "%json " + json.dumps(schema)
-
-
-def _literal(marker: str, special: SpecialFn) -> str:
-    token = special(marker)
-    return f"<[{token}]>" if token is not None else json.dumps(marker)
 
 
 def named_tool_missing(tools: Sequence[ToolSpec], choice: ToolChoice) -> str | None:

@@ -95,7 +95,7 @@ class ToolCallFilter:
         self._text += text
         if self._holding:
             return ""
-        if not self._decided:
+        if not self._decided and self.fmt.bare:
             opening = _opening(self._text.lstrip(), self.fmt.array)
             if opening is None:
                 return ""  # too little text to tell yet

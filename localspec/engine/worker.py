@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from localspec.engine import heap, interleave
+from localspec.engine import harmony, heap, interleave
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig
 from localspec.engine.constraint import (
     Constraint,
@@ -33,6 +33,7 @@ from localspec.engine.constraint import (
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
+from localspec.engine.harmony import HarmonySplit
 from localspec.engine.interleave import Turns, is_short, take_first, waiting
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
@@ -658,9 +659,10 @@ class Engine:
         whole = len(tokens)
         if req.truncate and req.suffix is None and req.prompt_logprobs is None:
             tokens = cut_to_context(tokens, self._target.n_ctx)
+        talks = self._harmony(req)
         inside = self._thinking(req, tokens)
         think = self._think_tokens(req, inside)
-        constraint = self._constraint(req, tool_format, think)
+        constraint = self._constraint(req, tool_format, think, talks)
         json_reply = constraint is not None
         if constraint is None and think is not None and think.budget is not None:  # the budget alone
             constraint = self._grammar().constraint(
@@ -712,7 +714,11 @@ class Engine:
                 gen.stats.dropped_tokens,
             )
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
-        split = self._reasoning_split(req, inside, tool_format, think)
+        split: ReasoningSplit | HarmonySplit | None = (
+            HarmonySplit(req.split_reasoning)
+            if talks
+            else self._reasoning_split(req, inside, tool_format, think)
+        )
         for chunk in gen.run():
             if chunk is None:  # another request's turn
                 yield
@@ -749,6 +755,12 @@ class Engine:
         if tail and job.stream:
             job.put(TokenChunk(tail, ()))
         return result
+
+    def _harmony(self, req: GenerationRequest) -> bool:
+        """Whether a chat reply comes in harmony's channels (gpt-oss: engine.harmony)."""
+        assert self._target is not None
+        template = self._template or chat_template(self._target)
+        return bool(req.messages or req.chat) and harmony.harmony(template.source)
 
     def _thinking(self, req: GenerationRequest, tokens: Sequence[int]) -> bool | None:
         """Whether a chat reply starts inside a thinking model's block (its prompt opened it);
@@ -798,15 +810,23 @@ class Engine:
         return last[2][: common_prefix(last[0], tokens)]
 
     def _constraint(
-        self, req: GenerationRequest, tool_format: ToolFormat | None, think: ThinkTokens | None
+        self, req: GenerationRequest, tool_format: ToolFormat | None, think: ThinkTokens | None, talks: bool
     ) -> Constraint | None:
         """The grammar a request's output must follow, if any: a forced tool call, a JSON schema (which
         then leaves no room for calls), or valid calls within free text (tool_choice auto); with
-        `think`, after the thinking model's reasoning, as Ollama constrains only what follows it."""
+        `think`, after the thinking model's reasoning, as Ollama constrains only what follows it;
+        where the model `talks` harmony, in a final message after its analysis."""
         assert self._target is not None
         if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
             grammar: str | None = json_schema_grammar(req.json_schema)
-            if think is not None:
+            if talks:
+                special = functools.partial(single_token, self._target)
+                answer = json_schema_lark(req.json_schema).replace("start:", "answer:", 1)
+                opening = harmony.message_opening("final", special)
+                grammar = lark_grammar(
+                    harmony.forced_reply(f"{opening} answer", special, answer), "json_schema"
+                )
+            elif think is not None:
                 grammar = lark_grammar(
                     thinking_first(json_schema_lark(req.json_schema), think), "json_schema"
                 )

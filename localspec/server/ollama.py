@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.engine.reasoning import thinks
+from localspec.engine.reasoning import reasons
 from localspec.errors import LocalspecError, UserInputError
 from localspec.keepalive import parse_keep_alive
 from localspec.server.logprobs import chat_entries
@@ -180,7 +180,7 @@ def thinking(greq: GenerationRequest, think: bool | str | None, state: ModelStat
     which also asks the template for a reply without it (`enable_thinking`; a level goes to the
     template as `reasoning_effort`, which gpt-oss's reads). A model that does not think refuses
     true, as Ollama does."""
-    if not thinks(state.gguf_info().chat_template):
+    if not reasons(state.gguf_info().chat_template):
         if think is not None and think is not False:
             raise UserInputError(f"{state.model_name!r} does not support thinking", param="think")
         return greq

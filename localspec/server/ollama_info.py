@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from localspec.engine.reasoning import thinks
+from localspec.engine.reasoning import reasons
 from localspec.engine.toolcalls import supports_tools
 from localspec.models.gguf_info import GGUFInfo
 
@@ -24,14 +24,15 @@ def capabilities(info: GGUFInfo) -> list[str]:
 
     `completion` always; `insert` when the model has fill-in-the-middle tokens; `tools` when its
     chat template renders tools (the engine then parses and constrains calls in its syntax);
-    `thinking` when it is a thinking model's (engine.reasoning: its reasoning comes apart).
+    `thinking` when it is a thinking model's (engine.reasoning: its reasoning comes apart; gpt-oss
+    too, engine.harmony).
     """
     caps = ["completion"]
     if info.has_fim:
         caps.append("insert")
     if supports_tools(info.chat_template):
         caps.append("tools")
-    if thinks(info.chat_template):
+    if reasons(info.chat_template):
         caps.append("thinking")
     return caps
 

@@ -1,0 +1,225 @@
+"""OpenAI's harmony format (gpt-oss): a reply's channels told apart, its calls read, and forced.
+
+gpt-oss writes each part of a reply as a message with a channel: `analysis` is its reasoning,
+`final` its answer, `commentary` a preamble to the user or, with a recipient, a tool call:
+
+    <|channel|>analysis<|message|>The user asks...<|end|><|start|>assistant<|channel|>final<|message|>4
+
+or, for a call (the reply ends at `<|call|>`, an end-of-generation token):
+
+    <|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary
+    to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}
+
+The prompt ends with `<|start|>assistant`, so the first message has no role. llama.cpp renders
+`<|channel|>`, `<|message|>`, `<|start|>` and `<|constrain|>` as text and `<|end|>` as nothing,
+so a message ends where the next one starts; both are read. The split streams as
+engine.reasoning's does (the same `push`/`finish`), and writes each call into the answer in a
+form of its own (CALL_START, CALL_END around `{"name": ..., "arguments": ...}`), which
+toolcalls.HARMONY then reads as it reads any family's calls. A reply with no channel at all
+(written under a grammar that did not ask for one) is all answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+CHANNEL, MESSAGE, START, END, CONSTRAIN = (
+    "<|channel|>",
+    "<|message|>",
+    "<|start|>",
+    "<|end|>",
+    "<|constrain|>",
+)
+# Where a call is written into the answer. `<|call|>` ends a reply (end of generation), so a
+# model's text never holds it; `<|end|>` renders as nothing.
+CALL_START, CALL_END = "<|call|>", "<|end|>"
+# The longest header read before the text is taken for an answer written without one.
+_MAX_HEADER = 256
+# A body ends where another message begins: `<|end|>` where it renders, else the next header.
+_BODY_ENDS = (END, START, CHANNEL)
+_RECIPIENT = re.compile(r"\bto=(\S+?)(?=\s|<\||$)")
+_CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"(\w+)")
+
+
+def harmony(template: str | None) -> bool:
+    """Whether a chat template writes the harmony format (gpt-oss's)."""
+    return template is not None and CHANNEL in template and MESSAGE in template
+
+
+@dataclass
+class _Message:
+    channel: str
+    recipient: str | None
+    body: str = ""
+
+    @property
+    def call(self) -> str | None:
+        """The function a call message calls, or None where it is none."""
+        if self.recipient is None or not self.recipient.startswith("functions."):
+            return None
+        return self.recipient.removeprefix("functions.")
+
+
+class HarmonySplit:
+    """Splits a harmony reply into reasoning and answer (with its calls) as it arrives.
+
+    `reasoning`: where False (a client asked for the reasoning unsplit), analysis goes to the
+    answer as the model wrote it, a blank line after it."""
+
+    def __init__(self, reasoning: bool = True) -> None:
+        self._split = reasoning
+        self._held = ""
+        self._message: _Message | None = None  # the message whose body is being read
+        self._plain = False  # no header came: everything is answer
+        self.reasoning = ""
+        self.answer = ""
+
+    def push(self, text: str) -> tuple[str, str]:
+        """Add the reply's next final text; returns (reasoning, answer) that became certain."""
+        self._held += text
+        thought, said = [], []
+        while (got := self._step()) is not None:
+            thought.append(got[0])
+            said.append(got[1])
+        return self._given("".join(thought), "".join(said))
+
+    def finish(self) -> tuple[str, str]:
+        """The reply ended: a message's rest is its body; a header cut short is dropped."""
+        held, self._held = self._held, ""
+        if self._plain or (self._message is None and not _may_be_header(held)):
+            return self._given("", held)
+        if self._message is None:
+            return "", ""
+        return self._given(*self._close(held))
+
+    def _given(self, reasoning: str, answer: str) -> tuple[str, str]:
+        self.reasoning += reasoning
+        self.answer += answer
+        return reasoning, answer
+
+    def _step(self) -> tuple[str, str] | None:
+        """One move over the held text; None when it must wait for more."""
+        held = self._held
+        if not held:
+            return None
+        if self._plain:
+            self._held = ""
+            return "", held
+        if self._message is None:
+            return self._header(held)
+        end = _first_end(held)
+        if end >= 0:
+            rest = held[end:].removeprefix(END)
+            self._held = rest
+            return self._close(held[:end])
+        keep = max(_partial_tail(held, tag) for tag in _BODY_ENDS)
+        out, self._held = held[: len(held) - keep], held[len(held) - keep :]
+        if not out or self._message.call is not None:  # a call's arguments wait for its end
+            self._held = held if self._message.call is not None else self._held
+            return None
+        return self._route(self._message, out)
+
+    def _header(self, held: str) -> tuple[str, str] | None:
+        """Read a message's header, up to `<|message|>`."""
+        at = held.find(MESSAGE)
+        if at < 0:
+            if _may_be_header(held) and len(held) <= _MAX_HEADER:
+                return None
+            self._plain = True  # no harmony here: an answer written without a channel
+            return "", ""
+        header, self._held = held[:at], held[at + len(MESSAGE) :]
+        if not _may_be_header(header):
+            self._plain, self._held = True, held
+            return "", ""
+        # The last channel named counts: gpt-oss-20b sometimes writes a stray `<|channel|>commentary`
+        # before its analysis (llama.cpp skips it too).
+        channels = _CHANNEL_NAME.findall(header)
+        recipient = _RECIPIENT.search(header)
+        self._message = _Message(
+            channels[-1] if channels else "final", recipient.group(1) if recipient else None
+        )
+        return "", ""
+
+    def _route(self, message: _Message, text: str) -> tuple[str, str]:
+        """Where a part of `message`'s body goes."""
+        message.body += text
+        if message.channel == "analysis" and self._split:
+            return text, ""
+        return "", text
+
+    def _close(self, text: str) -> tuple[str, str]:
+        """The current message ends with `text`: a call is written out whole; a blank line goes
+        between unsplit analysis and what follows it."""
+        message = self._message
+        assert message is not None
+        self._message = None
+        if message.call is None:
+            reasoning, answer = self._route(message, text)
+            if not self._split and message.channel == "analysis":
+                answer += "\n\n"
+            return reasoning, answer
+        body = message.body + text
+        return "", f"{CALL_START}{call_json(message.call, body)}{CALL_END}"
+
+
+# Token id of a marker when it is one special token (a grammar must name those), else None.
+SpecialFn = Callable[[str], int | None]
+
+
+def forced_reply(last: str, special: SpecialFn, rules: str = "") -> str:
+    """A grammar (llguidance's Lark) for a reply whose last message, from its channel's name on,
+    is `last` (a Lark expression; `rules` its rules), after the analysis the model may write first,
+    as llama.cpp constrains gpt-oss."""
+    channel, message, end, start = (marker(t, special) for t in (CHANNEL, MESSAGE, END, START))
+    return (
+        f"start: analysis? {channel} {last}\n"
+        f'analysis: {channel} "analysis" {message} THOUGHT? {end} {start} "assistant"\n'
+        f"THOUGHT: /(.|\\n)+/\n{rules}"
+    )
+
+
+def message_opening(channel: str, special: SpecialFn) -> str:
+    """A Lark expression for a header's rest, from the channel's name to `<|message|>`: with the
+    `<|constrain|>json` gpt-oss may write before a JSON body."""
+    constrain = marker(CONSTRAIN, special)
+    return f'{json.dumps(channel)} (" "? {constrain} "json")? {marker(MESSAGE, special)}'
+
+
+def marker(text: str, special: SpecialFn) -> str:
+    """A marker in a grammar: its token where it is one, else its text."""
+    token = special(text)
+    return f"<[{token}]>" if token is not None else json.dumps(text)
+
+
+def call_json(name: str, arguments: str) -> str:
+    """A call as the hermes-style JSON toolcalls reads; arguments that are no JSON stay text."""
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        args = arguments
+    return json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+
+
+def _may_be_header(text: str) -> bool:
+    """Whether `text` is, or begins, a message header (what precedes `<|message|>`)."""
+    head = text.lstrip()
+    for opening in (START, CHANNEL, " to=", "to="):
+        if head.startswith(opening) or opening.startswith(head):
+            return True
+    return False
+
+
+def _first_end(text: str) -> int:
+    found = [at for at in (text.find(tag) for tag in _BODY_ENDS) if at >= 0]
+    return min(found) if found else -1
+
+
+def _partial_tail(text: str, tag: str) -> int:
+    """The length of the longest end of `text` that begins `tag` (held: the tag may follow)."""
+    for size in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:size]):
+            return size
+    return 0

@@ -1,0 +1,280 @@
+"""gpt-oss's harmony format: its channels told apart, its calls read and forced, through every API.
+
+The split is driven with the texts gpt-oss writes (as llama.cpp renders them: `<|end|>` as nothing,
+or as text where a client asked for special tokens); the engine and the APIs with the tiny harmony
+model (tinymodels.write_harmony_target), which writes analysis " hello" and the final answer
+" python function".
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tinymodels
+from daemonproc import Daemon, start_daemon
+
+from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.harmony import HarmonySplit, harmony
+from localspec.engine.toolcalls import HARMONY, parse_tool_calls, tool_format
+from localspec.engine.tooluse import ToolCallFilter
+from localspec.engine.worker import Engine
+from localspec.types import (
+    ChatMessage,
+    GenerationRequest,
+    GenerationResult,
+    GenerationStats,
+    ToolCall,
+    ToolSpec,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+REASONING, ANSWER = " hello", " python function"
+CHAT: Any = [{"role": "user", "content": "hi there"}]
+
+# What gpt-oss writes after `<|start|>assistant`, as llama.cpp renders it (`<|end|>` as nothing).
+SUM = "<|channel|>analysis<|message|>User asks 2+2. Answer 4.<|start|>assistant<|channel|>final<|message|>4"
+CALL = (
+    "<|channel|>analysis<|message|>Need the weather.<|start|>assistant<|channel|>commentary "
+    'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}'
+)
+CASES = [
+    # (text, reasoning, answer before the calls are read, calls)
+    (SUM, "User asks 2+2. Answer 4.", "4", []),
+    (SUM.replace("<|start|>", "<|end|><|start|>"), "User asks 2+2. Answer 4.", "4", []),
+    (CALL, "Need the weather.", "", [ToolCall("get_weather", '{"city": "Paris"}')]),
+    # The recipient in the role's header rather than the channel's.
+    (
+        "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.get_time<|channel|>commentary"
+        " json<|message|>{}",
+        "x",
+        "",
+        [ToolCall("get_time", "{}")],
+    ),
+    # A preamble to the user (commentary without a recipient) is answer, as llama.cpp reads it.
+    (
+        "<|channel|>commentary<|message|>Checking. <|end|><|start|>assistant<|channel|>final<|message|>Done.",
+        "",
+        "Checking. Done.",
+        [],
+    ),
+    # gpt-oss sometimes prefixes its analysis with a stray commentary channel.
+    ("<|channel|>commentary<|channel|>analysis<|message|>hm<|end|>", "hm", "", []),
+    # Under a grammar that asked for no channel: all answer.
+    ('{"ok": true}', "", '{"ok": true}', []),
+    # Cut short by max_tokens: inside the analysis, or in a header.
+    ("<|channel|>analysis<|message|>still think", "still think", "", []),
+    ("<|channel|>analysis<|message|>done<|end|><|start|>assistant<|channel|>fin", "done", "", []),
+    # Arguments that are no JSON: the call's text stays the answer's.
+    (
+        "<|channel|>commentary to=functions.f<|message|>not json",
+        "",
+        '<|call|>{"name": "f", "arguments": "not json"}<|end|>',
+        [],
+    ),
+]
+
+
+def split_in_pieces(text: str, cuts: list[int], reasoning: bool = True) -> tuple[str, str]:
+    split = HarmonySplit(reasoning)
+    bounds = [0, *cuts, len(text)]
+    outs = [split.push(text[a:b]) for a, b in itertools.pairwise(bounds)]
+    outs.append(split.finish())
+    thought, said = "".join(o[0] for o in outs), "".join(o[1] for o in outs)
+    assert (thought, said) == (split.reasoning, split.answer)
+    return thought, said
+
+
+@pytest.mark.parametrize(("text", "reasoning", "answer", "calls"), CASES)
+def test_the_split_reads_every_message_whole_or_in_any_pieces(
+    text: str, reasoning: str, answer: str, calls: list[ToolCall]
+) -> None:
+    whole = split_in_pieces(text, [])
+    content, read = parse_tool_calls(HARMONY, whole[1])
+    assert (whole[0], content if calls else whole[1], read) == (reasoning, answer, calls)
+    for cut in range(1, len(text)):  # a marker cut across two chunks is held until it can be told
+        assert split_in_pieces(text, [cut]) == whole, cut
+    assert split_in_pieces(text, list(range(1, len(text)))) == whole  # a character a chunk
+
+
+def test_reasoning_unsplit_goes_to_the_answer_before_it() -> None:
+    assert split_in_pieces(SUM, [7, 40]) == ("User asks 2+2. Answer 4.", "4")
+    assert split_in_pieces(SUM, [7, 40], reasoning=False) == ("", "User asks 2+2. Answer 4.\n\n4")
+
+
+def test_a_call_never_streams_as_content() -> None:
+    """The split then the stream's filter, as the engine chains them: a preamble streams, the call
+    is held and read at the end."""
+    text = "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant" + CALL.removeprefix(
+        "<|channel|>analysis<|message|>Need the weather.<|start|>assistant"
+    )
+    split, calls = HarmonySplit(), ToolCallFilter(HARMONY, parallel=True)
+    streamed = "".join(calls.push(split.push(text[i : i + 5])[1]) for i in range(0, len(text), 5))
+    streamed += calls.push(split.finish()[1])
+    assert streamed == "Let me look."
+    tail, result = calls.finish(GenerationResult(split.answer, (), "stop", GenerationStats()))
+    assert (tail, result.text, result.finish_reason) == ("", "Let me look.", "tool_calls")
+    assert result.tool_calls == (ToolCall("get_weather", '{"city": "Paris"}'),)
+
+
+def test_an_answer_that_is_json_is_no_call() -> None:
+    """Other families read an answer that is bare JSON as a call the model wrote without its
+    markers; harmony keeps its calls in their own messages, so a JSON answer stays an answer."""
+    answer = '{"name": "get_time", "arguments": {}}'
+    assert parse_tool_calls(HARMONY, answer) == (answer, [])
+    calls = ToolCallFilter(HARMONY, parallel=False)
+    assert calls.push(answer) == answer
+
+
+def test_the_template_is_known_by_its_channels() -> None:
+    assert harmony(tinymodels.HARMONY_TEMPLATE) and tool_format(tinymodels.HARMONY_TEMPLATE) is HARMONY
+    assert not harmony(tinymodels.THINKING_TEMPLATE) and not harmony(None)
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("harmony-models")
+    tinymodels.write_harmony_target(root / "gpt-oss-tiny.gguf")
+    return root
+
+
+def engine(path: Path) -> Engine:
+    return Engine(EngineConfig(target=path, draft=None, load=LoadOptions(n_ctx=512, n_threads=1)))
+
+
+def ask(**kwargs: Any) -> GenerationRequest:
+    return GenerationRequest(messages=(ChatMessage("user", "hi there"),), **{"max_tokens": 30, **kwargs})
+
+
+TIME = ToolSpec("get_time", "The time now", {"type": "object", "properties": {}})
+
+
+def test_the_engine_splits_a_reply_and_counts_its_reasoning(models: Path) -> None:
+    with engine(models / "gpt-oss-tiny.gguf") as eng:
+        result = eng.generate(ask())
+        raw = eng.generate(ask(split_reasoning=False))
+    assert (result.reasoning, result.text) == (REASONING, ANSWER)
+    assert 0 < result.stats.reasoning_tokens < result.stats.tokens and result.finish_reason == "stop"
+    assert (raw.reasoning, raw.text) == ("", REASONING + "\n\n" + ANSWER)
+
+
+@pytest.mark.parametrize("choice", ["required", "auto"])
+def test_a_forced_call_comes_after_the_analysis(models: Path, choice: str) -> None:
+    """tool_choice required: the grammar lets the model write its analysis, then writes the call's
+    message, as llama.cpp constrains gpt-oss. auto: no grammar (harmony's calls open with a
+    channel's name, no one token to trigger on), and the model answers."""
+    with engine(models / "gpt-oss-tiny.gguf") as eng:
+        result = eng.generate(ask(tools=(TIME,), tool_choice=choice, max_tokens=60))
+    assert result.reasoning == REASONING
+    if choice == "required":
+        assert [(c.name, json.loads(c.arguments)) for c in result.tool_calls] == [("get_time", {})]
+        assert (result.text, result.finish_reason) == ("", "tool_calls")
+    else:
+        assert (result.text, result.tool_calls) == (ANSWER, ())
+
+
+def test_a_json_schema_holds_the_final_message(models: Path) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    schema["additionalProperties"] = False
+    with engine(models / "gpt-oss-tiny.gguf") as eng:
+        result = eng.generate(ask(json_schema=schema, max_tokens=60))
+    assert result.reasoning == REASONING
+    assert isinstance(json.loads(result.text)["ok"], bool)
+
+
+def test_earlier_reasoning_and_calls_reach_the_template(models: Path) -> None:
+    """gpt-oss's template reads an earlier turn's reasoning as `thinking`."""
+    call = ChatMessage(
+        "assistant", "", tool_calls=(ToolCall("get_time", "{}", id="c1"),), reasoning="need it"
+    )
+    history = (
+        ChatMessage("user", "hi there"),
+        call,
+        ChatMessage("tool", "noon", tool_call_id="c1", name="get_time"),
+    )
+    with engine(models / "gpt-oss-tiny.gguf") as eng:
+        shown = eng.generate(GenerationRequest(messages=history, tools=(TIME,), max_tokens=30))
+        bare = eng.generate(
+            GenerationRequest(
+                messages=(history[0], ChatMessage("assistant", "", tool_calls=call.tool_calls), history[2]),
+                tools=(TIME,),
+                max_tokens=30,
+            )
+        )
+    assert shown.stats.prompt_tokens > bare.stats.prompt_tokens
+    assert (shown.reasoning, shown.text) == (REASONING, ANSWER)
+
+
+# --- the APIs, with their own client packages ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, models: Path) -> Iterator[Daemon]:
+    env = {"LOCALSPEC_MODELS": str(models), "LOCALSPEC_DRAFTS": json.dumps({"gpt-oss-tiny": "none"})}
+    d = start_daemon(tmp_path_factory.mktemp("harmony-home"), models / "gpt-oss-tiny.gguf", ctx=512, env=env)
+    yield d
+    assert d.stop() == 0, d.log()
+
+
+def test_openai_chat_carries_reasoning_content(daemon: Daemon) -> None:
+    with daemon.openai(max_retries=0) as oai:
+        reply = oai.chat.completions.create(model="gpt-oss-tiny", messages=CHAT, temperature=0)
+        stream = oai.chat.completions.create(model="gpt-oss-tiny", messages=CHAT, temperature=0, stream=True)
+        reasoning, content = "", ""
+        for chunk in stream:
+            for choice in chunk.choices:
+                reasoning += (choice.delta.model_extra or {}).get("reasoning_content") or ""
+                content += choice.delta.content or ""
+        tools: Any = [
+            {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+        ]
+        called = oai.chat.completions.create(
+            model="gpt-oss-tiny", messages=CHAT, temperature=0, tools=tools, tool_choice="required"
+        )
+    message = reply.choices[0].message
+    assert (message.content, (message.model_extra or {})["reasoning_content"]) == (ANSWER, REASONING)
+    assert (content, reasoning) == (ANSWER, REASONING)
+    assert called.choices[0].finish_reason == "tool_calls" and called.choices[0].message.tool_calls
+    assert [c.function.name for c in called.choices[0].message.tool_calls] == ["get_time"]  # type: ignore[union-attr]
+
+
+def test_ollama_shows_thinking_and_tools_and_carries_thinking(daemon: Daemon) -> None:
+    with daemon.ollama() as client:
+        capabilities = client.show("gpt-oss-tiny").capabilities or []
+        reply = client.chat(model="gpt-oss-tiny", messages=CHAT, options={"temperature": 0}, think="low")
+    assert {"thinking", "tools"} <= set(capabilities)
+    assert (reply.message.thinking, reply.message.content) == (REASONING, ANSWER)
+
+
+def test_anthropic_messages_carry_a_thinking_block(daemon: Daemon) -> None:
+    with daemon.anthropic(max_retries=0) as client:
+        reply = client.messages.create(
+            model="gpt-oss-tiny",
+            max_tokens=30,
+            messages=CHAT,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            extra_body={"temperature": 0},
+        )
+    kinds = [
+        (block.type, getattr(block, "thinking", None) or getattr(block, "text", None))
+        for block in reply.content
+    ]
+    assert kinds == [("thinking", REASONING), ("text", ANSWER)]
+
+
+def test_openai_is_what_llama_server_sends(daemon: Daemon) -> None:
+    """The same bytes a client reads from llama-server for gpt-oss: `reasoning_content` beside
+    `content`, no channel markers in either."""
+    with daemon.http() as http:
+        body = {"model": "gpt-oss-tiny", "messages": CHAT, "temperature": 0}
+        message = http.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert message["content"] == ANSWER and message["reasoning_content"] == REASONING
+    assert "<|" not in json.dumps(message)
