@@ -182,8 +182,8 @@ def test_a_forced_call_comes_after_the_analysis(models: Path, choice: str) -> No
 
 
 def test_a_json_schema_holds_the_final_message(models: Path) -> None:
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    schema["additionalProperties"] = False
+    ok = {"ok": {"type": "boolean"}}
+    schema = {"type": "object", "properties": ok, "required": ["ok"], "additionalProperties": False}
     with engine(models / "gpt-oss-tiny.gguf") as eng:
         result = eng.generate(ask(json_schema=schema, max_tokens=60))
     assert result.reasoning == REASONING
