@@ -278,3 +278,22 @@ def test_openai_is_what_llama_server_sends(daemon: Daemon) -> None:
         message = http.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
     assert message["content"] == ANSWER and message["reasoning_content"] == REASONING
     assert "<|" not in json.dumps(message)
+
+
+def test_responses_carry_the_analysis_then_the_call_as_codex_reads_them(daemon: Daemon) -> None:
+    """Codex drives gpt-oss through the Responses API: a reasoning item, then the function call."""
+    tools: Any = [{"type": "function", "name": "get_time", "parameters": {"type": "object"}}]
+    with daemon.openai(max_retries=0) as oai:
+        answered = oai.responses.create(model="gpt-oss-tiny", input="hi there", temperature=0)
+        with oai.responses.stream(
+            model="gpt-oss-tiny", input="what time is it", temperature=0, tools=tools, tool_choice="required"
+        ) as stream:
+            events = list(stream)
+            called = stream.get_final_response()
+    assert [item.type for item in answered.output] == ["reasoning", "message"]
+    assert answered.output_text == ANSWER
+    assert [item.type for item in called.output] == ["reasoning", "function_call"]
+    call = called.output[1]
+    assert call.type == "function_call" and (call.name, json.loads(call.arguments)) == ("get_time", {})
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert deltas == REASONING
