@@ -61,10 +61,10 @@ def json_schema_grammar(schema: Mapping[str, Any], param: str = "json_schema") -
     return grammar
 
 
-def json_schema_lark(schema: Mapping[str, Any]) -> str:
-    """The grammar of `json_schema_grammar` (check the schema with it first) as a Lark rule `start`,
+def json_schema_lark(schema: Mapping[str, Any], rule: str = "start") -> str:
+    """The grammar of `json_schema_grammar` (check the schema with it first) as a Lark rule `rule`,
     for grammars that put something before the JSON (a thinking model's reasoning)."""
-    return "start: %json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS}) + "\n"
+    return f"{rule}: %json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS}) + "\n"
 
 
 def lark_grammar(lark: str, param: str) -> str:

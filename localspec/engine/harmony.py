@@ -115,12 +115,13 @@ class HarmonySplit:
             rest = held[end:].removeprefix(END)
             self._held = rest
             return self._close(held[:end])
-        keep = max(_partial_tail(held, tag) for tag in _BODY_ENDS)
-        out, self._held = held[: len(held) - keep], held[len(held) - keep :]
-        if not out or self._message.call is not None:  # a call's arguments wait for its end
-            self._held = held if self._message.call is not None else self._held
+        if self._message.call is not None:  # a call's arguments wait for its end
             return None
-        return self._route(self._message, out)
+        keep = max(_partial_tail(held, tag) for tag in _BODY_ENDS)
+        if keep == len(held):
+            return None
+        self._held = held[len(held) - keep :]
+        return self._route(self._message, held[: len(held) - keep])
 
     def _header(self, held: str) -> tuple[str, str] | None:
         """Read a message's header, up to `<|message|>`."""

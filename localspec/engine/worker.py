@@ -821,7 +821,7 @@ class Engine:
             grammar: str | None = json_schema_grammar(req.json_schema)
             if talks:
                 special = functools.partial(single_token, self._target)
-                answer = json_schema_lark(req.json_schema).replace("start:", "answer:", 1)
+                answer = json_schema_lark(req.json_schema, rule="answer")
                 opening = harmony.message_opening("final", special)
                 grammar = lark_grammar(
                     harmony.forced_reply(f"{opening} answer", special, answer), "json_schema"
