@@ -170,16 +170,29 @@ class HarmonySplit:
 SpecialFn = Callable[[str], int | None]
 
 
-def forced_reply(last: str, special: SpecialFn, rules: str = "") -> str:
+def forced_reply(last: str, special: SpecialFn, rules: str = "", budget: int | None = None) -> str:
     """A grammar (llguidance's Lark) for a reply whose last message, from its channel's name on,
     is `last` (a Lark expression; `rules` its rules), after the analysis the model may write first,
-    as llama.cpp constrains gpt-oss."""
+    as llama.cpp constrains gpt-oss; within `budget` tokens where there is one (0: no analysis)."""
     channel, message, end, start = (marker(t, special) for t in (CHANNEL, MESSAGE, END, START))
+    if budget == 0:
+        return f"start: {channel} {last}\n{rules}"
+    if budget is None:
+        thought, rule = "THOUGHT?", "THOUGHT: /(.|\\n)+/\n"
+    else:
+        thought, rule = "thought_text?", f"thought_text[max_tokens={budget}]: /(.|\\n)+/\n"
     return (
         f"start: analysis? {channel} {last}\n"
-        f'analysis: {channel} "analysis" {message} THOUGHT? {end} {start} "assistant"\n'
-        f"THOUGHT: /(.|\\n)+/\n{rules}"
+        f'analysis: {channel} "analysis" {message} {thought} {end} {start} "assistant"\n'
+        f"{rule}{rules}"
     )
+
+
+def budget_reply(budget: int, special: SpecialFn) -> str:
+    """A grammar for a reply whose analysis stays within `budget` tokens (Anthropic's
+    budget_tokens), its final answer free: past the budget the analysis is closed for the model."""
+    last = f"{message_opening('final', special)} ANSWER?"
+    return forced_reply(last, special, "ANSWER: /(.|\\n)+/\n", budget)
 
 
 def message_opening(channel: str, special: SpecialFn) -> str:

@@ -149,11 +149,17 @@ def _call(fmt: ToolFormat, item: Any) -> ToolCall | None:
 
 
 def call_grammar(
-    fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice, parallel: bool, special: SpecialFn
+    fmt: ToolFormat,
+    tools: Sequence[ToolSpec],
+    choice: ToolChoice,
+    parallel: bool,
+    special: SpecialFn,
+    budget: int | None = None,
 ) -> str:
-    """A Lark grammar (llguidance's dialect) whose every sentence is a valid call in `fmt`."""
+    """A Lark grammar (llguidance's dialect) whose every sentence is a valid call in `fmt`
+    (harmony's after the analysis, within `budget` tokens where there is one)."""
     if fmt is HARMONY:
-        return _harmony_call(tools, choice, special)
+        return _harmony_call(tools, choice, special, budget)
     one = _one_call(fmt, tools, choice)
     if fmt.array:
         array = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
@@ -190,7 +196,9 @@ def lazy_call_grammar(
     return f"start: TEXT? (call TEXT?){calls}\ncall: {call}\nTEXT: /(.|\\n)+/\n"
 
 
-def _harmony_call(tools: Sequence[ToolSpec], choice: ToolChoice, special: SpecialFn) -> str:
+def _harmony_call(
+    tools: Sequence[ToolSpec], choice: ToolChoice, special: SpecialFn, budget: int | None
+) -> str:
     """gpt-oss's call (one a reply: `<|call|>` ends it), after the analysis it may write first."""
     from localspec.engine.constraint import JSON_OPTIONS
 
@@ -201,7 +209,7 @@ def _harmony_call(tools: Sequence[ToolSpec], choice: ToolChoice, special: Specia
         + _json({**(dict(t.parameters) or {"type": "object", "properties": {}}), "x-guidance": JSON_OPTIONS})
         for t in chosen
     )
-    return harmony.forced_reply(f"({calls})", special)
+    return harmony.forced_reply(f"({calls})", special, budget=budget)
 
 
 def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) -> dict[str, Any]:

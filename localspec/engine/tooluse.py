@@ -55,7 +55,9 @@ def call_grammar_for(
         if lazy is None:
             return None
         return lark_grammar(lazy if think is None else thinking_first(lazy, think), param="tools")
-    lark = call_grammar(fmt, req.tools, req.tool_choice, req.parallel_tool_calls, special)
+    lark = call_grammar(
+        fmt, req.tools, req.tool_choice, req.parallel_tool_calls, special, req.thinking_budget
+    )
     return lark_grammar(lark if think is None else thinking_first(lark, think), param="tools")
 
 

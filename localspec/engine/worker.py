@@ -664,10 +664,8 @@ class Engine:
         think = self._think_tokens(req, inside)
         constraint = self._constraint(req, tool_format, think, talks)
         json_reply = constraint is not None
-        if constraint is None and think is not None and think.budget is not None:  # the budget alone
-            constraint = self._grammar().constraint(
-                lark_grammar(thinking_first(FREE_ANSWER, think), "thinking")
-            )
+        if constraint is None:
+            constraint = self._budget_alone(req, think, talks and tool_format is None)
         policy, method, k, reason = self._policy(req, tokens, json_reply=json_reply)
         reuse = self._prompt_cache.switch(
             self._target,
@@ -824,7 +822,8 @@ class Engine:
                 answer = json_schema_lark(req.json_schema, rule="answer")
                 opening = harmony.message_opening("final", special)
                 grammar = lark_grammar(
-                    harmony.forced_reply(f"{opening} answer", special, answer), "json_schema"
+                    harmony.forced_reply(f"{opening} answer", special, answer, req.thinking_budget),
+                    "json_schema",
                 )
             elif think is not None:
                 grammar = lark_grammar(
@@ -835,6 +834,23 @@ class Engine:
         else:
             grammar = None
         return self._grammar().constraint(grammar) if grammar is not None else None
+
+    def _budget_alone(
+        self, req: GenerationRequest, think: ThinkTokens | None, talks: bool
+    ) -> Constraint | None:
+        """A thinking budget where nothing else holds the reply: a grammar that closes the model's
+        reasoning past it, its answer free. `talks`: the model talks harmony and was offered no
+        tools (the grammar would leave it no way to call one: its calls have no lazy grammar)."""
+        assert self._target is not None
+        if req.thinking_budget is None:
+            return None
+        if think is not None:
+            return self._grammar().constraint(lark_grammar(thinking_first(FREE_ANSWER, think), "thinking"))
+        if talks:
+            special = functools.partial(single_token, self._target)
+            budget = harmony.budget_reply(req.thinking_budget, special)
+            return self._grammar().constraint(lark_grammar(budget, "thinking"))
+        return None
 
     def _grammar(self) -> GrammarTokenizer:
         assert self._target is not None
