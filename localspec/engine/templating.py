@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from localspec.engine.harmony import harmony
 from localspec.errors import DaemonError, OverloadedError, TemplateError
 from localspec.types import ChatMessage, ToolCall, ToolSpec
 
@@ -70,7 +71,7 @@ class TemplateRenderer:
             "template": template.source,
             "bos": template.bos,
             "eos": template.eos,
-            "messages": [_turn(m) for m in messages],
+            "messages": [_turn(m, harmony(template.source)) for m in messages],
             "tools": [_tool(spec) for spec in tools] or None,
             "kwargs": dict(kwargs or {}),
             "max_chars": self.max_chars,
@@ -195,9 +196,15 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
                 pipe.close()
 
 
-def _turn(message: ChatMessage) -> dict[str, Any]:
-    """A message as Transformers passes it to templates: calls with their arguments as a dict."""
-    turn: dict[str, Any] = {"role": message.role, "content": message.content}
+def _turn(message: ChatMessage, talks_harmony: bool = False) -> dict[str, Any]:
+    """A message as Transformers passes it to templates: calls with their arguments as a dict.
+
+    gpt-oss's template (`talks_harmony`) refuses a call's turn with both content and reasoning (one
+    analysis message shows either): the reasoning is kept, as llama.cpp keeps it."""
+    content = message.content
+    if talks_harmony and message.tool_calls and message.reasoning:
+        content = ""
+    turn: dict[str, Any] = {"role": message.role, "content": content}
     if message.tool_calls:
         turn["tool_calls"] = [_call(c) for c in message.tool_calls]
     if message.tool_call_id is not None:
