@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from localspec.engine.harmony import harmony
 from localspec.engine.reasoning import reasons
 from localspec.errors import LocalspecError, UserInputError
 from localspec.keepalive import parse_keep_alive
@@ -186,6 +187,11 @@ def thinking(greq: GenerationRequest, think: bool | str | None, state: ModelStat
         return greq
     if think is None:  # a model that thinks does, by default
         return greq
+    if harmony(state.gguf_info().chat_template):
+        # gpt-oss cannot answer without its analysis: false asks for the least (its effort low), which
+        # still comes apart, in `thinking`; true is its template's default effort.
+        effort = "low" if think is False else think if isinstance(think, str) else None
+        return replace(greq, template_kwargs={"reasoning_effort": effort} if effort else {})
     kwargs: dict[str, Any] = {"enable_thinking": think is not False}
     if isinstance(think, str):
         kwargs["reasoning_effort"] = think
