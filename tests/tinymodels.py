@@ -470,7 +470,8 @@ def _write_scripted(path: Path, template: str, script: Sequence[str], tags: Sequ
 
 # gpt-oss's harmony format (engine.harmony), its markers as its GGUF has them: control tokens, of which
 # llama.cpp renders <|channel|>, <|message|>, <|start|> and <|constrain|> as text, and ends a reply at
-# <|return|> or <|call|>. Tools go to the template, as gpt-oss's puts them in a developer message.
+# <|return|> or <|call|>. Tools go to the template, as gpt-oss's puts them in a developer message; as
+# gpt-oss's, it refuses a call's turn with both content and thinking.
 HARMONY_MARKERS = (
     "<|start|>",
     "<|channel|>",
@@ -481,8 +482,12 @@ HARMONY_MARKERS = (
     "<|call|>",
 )
 HARMONY_TEMPLATE = (
+    "{% if reasoning_effort is defined %}<|start|>system<|message|>Reasoning: {{ reasoning_effort }}<|end|>"
+    "{% endif %}"
     "{% if tools %}<|start|>developer<|message|># Tools\n{% for tool in tools %}{{ tool | tojson }}\n"
     "{% endfor %}<|end|>{% endif %}{% for m in messages %}{% if m.role == 'assistant' %}"
+    "{% if m.tool_calls and m.content and m.thinking %}{{ raise_exception('both content and thinking') }}"
+    "{% endif %}"
     "{% if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}"
     "{% for c in m.tool_calls or [] %}<|start|>assistant to=functions.{{ c.function.name }}"
     "<|channel|>commentary json<|message|>{{ c.function.arguments | tojson }}<|call|>{% endfor %}"
@@ -494,9 +499,9 @@ HARMONY_TEMPLATE = (
 
 
 def write_harmony_target(path: Path) -> Path:
-    """A gpt-oss-like model that writes "<|channel|>analysis<|message|> hello<|end|><|channel|>final
-    <|message|> python function<|return|>" after its template's prompt (`<|start|>assistant`): its
-    reasoning " hello", its answer " python function". A piece is scripted once, so it writes its
+    """A gpt-oss-like model that writes "<|channel|>analysis<|message|> hello world<|end|><|channel|>
+    final<|message|> python function<|return|>" after its template's prompt (`<|start|>assistant`):
+    its reasoning " hello world", its answer " python function". A piece is scripted once, so it writes its
     second channel and message markers as two plain pieces each (the same text), and no
     `<|start|>assistant` between its messages (gpt-oss does; engine.harmony reads a message's end
     either way). "assistant" is an added token, so a prompt always ends with the same one."""
@@ -504,7 +509,7 @@ def write_harmony_target(path: Path) -> Path:
     vocab = build_vocab(
         extra_tokens=HARMONY_MARKERS, pieces=(*halves, "analysis", "final"), user_tokens=("assistant",)
     )
-    script = ["assistant", "<|channel|>", "analysis", "<|message|>", "\u2581hello", "<|end|>"]
+    script = ["assistant", "<|channel|>", "analysis", "<|message|>", "\u2581hello", "\u2581world", "<|end|>"]
     script += [*halves[:2], "final", *halves[2:], "\u2581python", "\u2581function", "<|return|>"]
     return write_tiny_model(
         path,
