@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from localspec.engine.reasoning import StreamSplit, partial_tail, thinks
+
 CHANNEL, MESSAGE, START, END, CONSTRAIN = (
     "<|channel|>",
     "<|message|>",
@@ -49,6 +51,12 @@ def harmony(template: str | None) -> bool:
     return template is not None and CHANNEL in template and MESSAGE in template
 
 
+def reasons(template: str | None) -> bool:
+    """Whether a model with this chat template gives its reasoning apart from its answer: in
+    `<think>` tags (engine.reasoning), or in harmony's analysis channel."""
+    return thinks(template) or harmony(template)
+
+
 @dataclass
 class _Message:
     channel: str
@@ -63,28 +71,17 @@ class _Message:
         return self.recipient.removeprefix("functions.")
 
 
-class HarmonySplit:
+class HarmonySplit(StreamSplit):
     """Splits a harmony reply into reasoning and answer (with its calls) as it arrives.
 
     `reasoning`: where False (a client asked for the reasoning unsplit), analysis goes to the
     answer as the model wrote it, a blank line after it."""
 
     def __init__(self, reasoning: bool = True) -> None:
+        super().__init__()
         self._split = reasoning
-        self._held = ""
         self._message: _Message | None = None  # the message whose body is being read
         self._plain = False  # no header came: everything is answer
-        self.reasoning = ""
-        self.answer = ""
-
-    def push(self, text: str) -> tuple[str, str]:
-        """Add the reply's next final text; returns (reasoning, answer) that became certain."""
-        self._held += text
-        thought, said = [], []
-        while (got := self._step()) is not None:
-            thought.append(got[0])
-            said.append(got[1])
-        return self._given("".join(thought), "".join(said))
 
     def finish(self) -> tuple[str, str]:
         """The reply ended: a message's rest is its body; a header cut short is dropped."""
@@ -95,13 +92,7 @@ class HarmonySplit:
             return "", ""
         return self._given(*self._close(held))
 
-    def _given(self, reasoning: str, answer: str) -> tuple[str, str]:
-        self.reasoning += reasoning
-        self.answer += answer
-        return reasoning, answer
-
     def _step(self) -> tuple[str, str] | None:
-        """One move over the held text; None when it must wait for more."""
         held = self._held
         if not held:
             return None
@@ -117,7 +108,7 @@ class HarmonySplit:
             return self._close(held[:end])
         if self._message.call is not None:  # a call's arguments wait for its end
             return None
-        keep = max(_partial_tail(held, tag) for tag in _BODY_ENDS)
+        keep = max(partial_tail(held, tag) for tag in _BODY_ENDS)
         if keep == len(held):
             return None
         self._held = held[len(held) - keep :]
@@ -229,11 +220,3 @@ def _may_be_header(text: str) -> bool:
 def _first_end(text: str) -> int:
     found = [at for at in (text.find(tag) for tag in _BODY_ENDS) if at >= 0]
     return min(found) if found else -1
-
-
-def _partial_tail(text: str, tag: str) -> int:
-    """The length of the longest end of `text` that begins `tag` (held: the tag may follow)."""
-    for size in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:size]):
-            return size
-    return 0

@@ -16,8 +16,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from localspec.engine.harmony import harmony
-
 OPEN = "<think>"
 CLOSE = "</think>"
 
@@ -66,12 +64,6 @@ def thinks(template: str | None) -> bool:
     return template is not None and OPEN in template and CLOSE in template
 
 
-def reasons(template: str | None) -> bool:
-    """Whether a model with this chat template gives its reasoning apart from its answer: in
-    `<think>` tags, or in harmony's analysis channel (gpt-oss: engine.harmony)."""
-    return thinks(template) or harmony(template)
-
-
 def opens_inside(prompt_tail: str) -> bool:
     """Whether a rendered prompt ends inside the thinking block (its template opened it)."""
     return prompt_tail.rstrip().endswith(OPEN)
@@ -85,13 +77,12 @@ class _State(enum.Enum):
     ANSWER = enum.auto()
 
 
-class ReasoningSplit:
-    """Splits a reply's text into reasoning and answer as it arrives."""
+class StreamSplit:
+    """A reply's text split into reasoning and answer as it streams: text that cannot be told yet
+    (a marker cut across two chunks) is held until it can. Subclasses move over the held text."""
 
-    def __init__(self, inside: bool) -> None:
-        """`inside`: the prompt opened the block, so the reply starts in it."""
-        self._state = _State.OPENED if inside else _State.BEFORE
-        self._held = ""  # text that cannot be told yet (a tag's beginning, leading whitespace)
+    def __init__(self) -> None:
+        self._held = ""
         self.reasoning = ""  # everything given out as reasoning so far
         self.answer = ""  # and as the answer
 
@@ -99,13 +90,32 @@ class ReasoningSplit:
         """Add the reply's next final text; returns (reasoning, answer) that became certain."""
         self._held += text
         thought, said = [], []
-        while True:
-            got = self._step()
-            if got is None:
-                break
+        while (got := self._step()) is not None:
             thought.append(got[0])
             said.append(got[1])
         return self._given("".join(thought), "".join(said))
+
+    def finish(self) -> tuple[str, str]:
+        """The reply ended: whatever is held goes out as what it was inside of."""
+        raise NotImplementedError
+
+    def _given(self, reasoning: str, answer: str) -> tuple[str, str]:
+        self.reasoning += reasoning
+        self.answer += answer
+        return reasoning, answer
+
+    def _step(self) -> tuple[str, str] | None:
+        """One move over the held text; None when it must wait for more."""
+        raise NotImplementedError
+
+
+class ReasoningSplit(StreamSplit):
+    """Splits a reply's text into reasoning and answer as it arrives."""
+
+    def __init__(self, inside: bool) -> None:
+        """`inside`: the prompt opened the block, so the reply starts in it."""
+        super().__init__()
+        self._state = _State.OPENED if inside else _State.BEFORE
 
     def finish(self) -> tuple[str, str]:
         """The reply ended: whatever is held goes out as what it was inside of."""
@@ -115,11 +125,6 @@ class ReasoningSplit:
         if self._state is _State.BEFORE and held.strip():
             return self._given("", held)  # a tag's beginning, and no more: text after all
         return "", ""
-
-    def _given(self, reasoning: str, answer: str) -> tuple[str, str]:
-        self.reasoning += reasoning
-        self.answer += answer
-        return reasoning, answer
 
     def _step(self) -> tuple[str, str] | None:
         """One move of the state machine over the held text; None when it must wait for more."""
@@ -147,7 +152,7 @@ class ReasoningSplit:
             if end >= 0:
                 self._held, self._state = held[end + len(CLOSE) :], _State.CLOSED
                 return held[:end], ""
-            keep = _partial_tail(held, CLOSE)
+            keep = partial_tail(held, CLOSE)
             self._held = held[len(held) - keep :]
             out = held[: len(held) - keep]
             return (out, "") if out else None
@@ -157,7 +162,7 @@ class ReasoningSplit:
         return "", held
 
 
-def _partial_tail(text: str, tag: str) -> int:
+def partial_tail(text: str, tag: str) -> int:
     """The length of the longest end of `text` that begins `tag` (held: the tag may follow)."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):
         if text.endswith(tag[:size]):

@@ -54,6 +54,7 @@ from localspec.engine.reasoning import (
     FREE_ANSWER,
     OPEN,
     ReasoningSplit,
+    StreamSplit,
     ThinkTokens,
     opens_inside,
     thinking_first,
@@ -712,7 +713,7 @@ class Engine:
                 gen.stats.dropped_tokens,
             )
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
-        split: ReasoningSplit | HarmonySplit | None = (
+        split: StreamSplit | None = (
             HarmonySplit(req.split_reasoning)
             if talks
             else self._reasoning_split(req, inside, tool_format, think)

@@ -16,8 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.engine.harmony import harmony
-from localspec.engine.reasoning import reasons
+from localspec.engine.harmony import harmony, reasons
 from localspec.errors import LocalspecError, UserInputError
 from localspec.keepalive import parse_keep_alive
 from localspec.server.logprobs import chat_entries

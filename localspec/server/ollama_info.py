@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from localspec.engine.reasoning import reasons
+from localspec.engine.harmony import reasons
 from localspec.engine.toolcalls import supports_tools
 from localspec.models.gguf_info import GGUFInfo
 
