@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from localspec.engine.reasoning import StreamSplit, partial_tail, thinks
+from localspec.engine.reasoning import ANSWER_RULE, StreamSplit, bounded_thought, partial_tail, thinks
 
 CHANNEL, MESSAGE, START, END, CONSTRAIN = (
     "<|channel|>",
@@ -61,7 +61,6 @@ def reasons(template: str | None) -> bool:
 class _Message:
     channel: str
     recipient: str | None
-    body: str = ""
 
     @property
     def call(self) -> str | None:
@@ -137,13 +136,13 @@ class HarmonySplit(StreamSplit):
 
     def _route(self, message: _Message, text: str) -> tuple[str, str]:
         """Where a part of `message`'s body goes."""
-        message.body += text
         if message.channel == "analysis" and self._split:
             return text, ""
         return "", text
 
     def _close(self, text: str) -> tuple[str, str]:
-        """The current message ends with `text`: a call is written out whole; a blank line goes
+        """The current message ends with `text` (a call's whole body: it is held until its end):
+        a call is written out whole; a blank line goes
         between unsplit analysis and what follows it."""
         message = self._message
         assert message is not None
@@ -153,8 +152,7 @@ class HarmonySplit(StreamSplit):
             if not self._split and message.channel == "analysis":
                 answer += "\n\n"
             return reasoning, answer
-        body = message.body + text
-        return "", f"{CALL_START}{call_json(message.call, body)}{CALL_END}"
+        return "", f"{CALL_START}{call_json(message.call, text)}{CALL_END}"
 
 
 # Token id of a marker when it is one special token (a grammar must name those), else None.
@@ -168,10 +166,7 @@ def forced_reply(last: str, special: SpecialFn, rules: str = "", budget: int | N
     channel, message, end, start = (marker(t, special) for t in (CHANNEL, MESSAGE, END, START))
     if budget == 0:
         return f"start: {channel} {last}\n{rules}"
-    if budget is None:
-        thought, rule = "THOUGHT?", "THOUGHT: /(.|\\n)+/\n"
-    else:
-        thought, rule = "thought_text?", f"thought_text[max_tokens={budget}]: /(.|\\n)+/\n"
+    thought, rule = bounded_thought(budget)
     return (
         f"start: analysis? {channel} {last}\n"
         f'analysis: {channel} "analysis" {message} {thought} {end} {start} "assistant"\n'
@@ -183,7 +178,7 @@ def budget_reply(budget: int, special: SpecialFn) -> str:
     """A grammar for a reply whose analysis stays within `budget` tokens (Anthropic's
     budget_tokens), its final answer free: past the budget the analysis is closed for the model."""
     last = f"{message_opening('final', special)} ANSWER?"
-    return forced_reply(last, special, "ANSWER: /(.|\\n)+/\n", budget)
+    return forced_reply(last, special, ANSWER_RULE, budget)
 
 
 def message_opening(channel: str, special: SpecialFn) -> str:

@@ -36,8 +36,20 @@ class ThinkTokens:
     budget: int | None = None
 
 
-# A grammar whose answer is any text, for a thinking budget where nothing else holds the reply.
-FREE_ANSWER = "start: ANSWER?\nANSWER: /(.|\\n)+/\n"
+# Any text, as a Lark terminal's rule; a grammar whose answer is any such text, for a thinking
+# budget where nothing else holds the reply.
+ANSWER_RULE = "ANSWER: /(.|\\n)+/\n"
+FREE_ANSWER = f"start: ANSWER?\n{ANSWER_RULE}"
+
+
+def bounded_thought(budget: int | None) -> tuple[str, str]:
+    """The reasoning's text as a Lark expression and its rule: any text, or within `budget` tokens
+    (llguidance's max_tokens); ("", "") for a budget of 0."""
+    if budget is None:
+        return "THOUGHT?", "THOUGHT: /(.|\\n)+/\n"
+    if budget > 0:
+        return "thought_text?", f"thought_text[max_tokens={budget}]: /(.|\\n)+/\n"
+    return "", ""
 
 
 def thinking_first(lark: str, think: ThinkTokens) -> str:
@@ -45,12 +57,7 @@ def thinking_first(lark: str, think: ThinkTokens) -> str:
     optional where the reply may open one, required to close where the prompt opened it; within
     `think.budget` tokens where there is one (0: none, the block closed at once)."""
     answer = lark.replace("start:", "answer:", 1)
-    if think.budget is None:
-        text, rule = "THOUGHT?", "THOUGHT: /(.|\\n)+/\n"
-    elif think.budget > 0:
-        text, rule = "thought_text?", f"thought_text[max_tokens={think.budget}]: /(.|\\n)+/\n"
-    else:
-        text, rule = "", ""
+    text, rule = bounded_thought(think.budget)
     closed = f"{text} <[{think.close}]>".strip()
     if think.inside:
         return f"start: {closed} answer\n{answer}{rule}"

@@ -660,8 +660,9 @@ class Engine:
         whole = len(tokens)
         if req.truncate and req.suffix is None and req.prompt_logprobs is None:
             tokens = cut_to_context(tokens, self._target.n_ctx)
-        talks = self._harmony(req)
-        inside = self._thinking(req, tokens)
+        source = self._chat_source(req)
+        talks = harmony.harmony(source)
+        inside = self._thinking(source, tokens)
         think = self._think_tokens(req, inside)
         constraint = self._constraint(req, tool_format, think, talks)
         json_reply = constraint is not None
@@ -755,18 +756,20 @@ class Engine:
             job.put(TokenChunk(tail, ()))
         return result
 
-    def _harmony(self, req: GenerationRequest) -> bool:
-        """Whether a chat reply comes in harmony's channels (gpt-oss: engine.harmony)."""
+    def _chat_source(self, req: GenerationRequest) -> str | None:
+        """The chat template's text a chat request was rendered with; None for no chat (whose reply
+        is neither split into reasoning nor read for harmony's channels)."""
         assert self._target is not None
-        template = self._template or chat_template(self._target)
-        return bool(req.messages or req.chat) and harmony.harmony(template.source)
+        if not (req.messages or req.chat):
+            return None
+        return (self._template or chat_template(self._target)).source
 
-    def _thinking(self, req: GenerationRequest, tokens: Sequence[int]) -> bool | None:
-        """Whether a chat reply starts inside a thinking model's block (its prompt opened it);
-        None where the model does not think, or the request is no chat."""
+    def _thinking(self, source: str | None, tokens: Sequence[int]) -> bool | None:
+        """Whether a chat reply (its template's `source`, as `_chat_source` says) starts inside a
+        thinking model's block (its prompt opened it); None where the model does not think, or the
+        request is no chat."""
         assert self._target is not None
-        template = self._template or chat_template(self._target)
-        if not ((req.messages or req.chat) and thinks(template.source)):
+        if not thinks(source):
             return None
         tail = b"".join(self._target.shown_piece(t) for t in tokens[-4:])
         return opens_inside(tail.decode("utf-8", errors="replace"))
@@ -819,11 +822,10 @@ class Engine:
         if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
             grammar: str | None = json_schema_grammar(req.json_schema)
             if talks:
-                special = functools.partial(single_token, self._target)
                 answer = json_schema_lark(req.json_schema, rule="answer")
-                opening = harmony.message_opening("final", special)
+                opening = harmony.message_opening("final", self._special)
                 grammar = lark_grammar(
-                    harmony.forced_reply(f"{opening} answer", special, answer, req.thinking_budget),
+                    harmony.forced_reply(f"{opening} answer", self._special, answer, req.thinking_budget),
                     "json_schema",
                 )
             elif think is not None:
@@ -848,10 +850,14 @@ class Engine:
         if think is not None:
             return self._grammar().constraint(lark_grammar(thinking_first(FREE_ANSWER, think), "thinking"))
         if talks:
-            special = functools.partial(single_token, self._target)
-            budget = harmony.budget_reply(req.thinking_budget, special)
+            budget = harmony.budget_reply(req.thinking_budget, self._special)
             return self._grammar().constraint(lark_grammar(budget, "thinking"))
         return None
+
+    def _special(self, marker: str) -> int | None:
+        """The token `marker` is in the target, where it is one (a grammar names those)."""
+        assert self._target is not None
+        return single_token(self._target, marker)
 
     def _grammar(self) -> GrammarTokenizer:
         assert self._target is not None

@@ -180,13 +180,14 @@ def thinking(greq: GenerationRequest, think: bool | str | None, state: ModelStat
     which also asks the template for a reply without it (`enable_thinking`; a level goes to the
     template as `reasoning_effort`, which gpt-oss's reads). A model that does not think refuses
     true, as Ollama does."""
-    if not reasons(state.gguf_info().chat_template):
+    template = state.gguf_info().chat_template
+    if not reasons(template):
         if think is not None and think is not False:
             raise UserInputError(f"{state.model_name!r} does not support thinking", param="think")
         return greq
     if think is None:  # a model that thinks does, by default
         return greq
-    if harmony(state.gguf_info().chat_template):
+    if harmony(template):
         # gpt-oss cannot answer without its analysis: false asks for the least (its effort low), which
         # still comes apart, in `thinking`; true is its template's default effort.
         effort = "low" if think is False else think if isinstance(think, str) else None
