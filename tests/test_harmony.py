@@ -8,7 +8,6 @@ answer " python function".
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 import tinymodels
 from daemonproc import Daemon, start_daemon
+from test_reasoning import pushed_in_pieces
 
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.harmony import HarmonySplit, harmony
@@ -81,12 +81,7 @@ CASES = [
 
 
 def split_in_pieces(text: str, cuts: list[int], reasoning: bool = True) -> tuple[str, str]:
-    split = HarmonySplit(reasoning)
-    bounds = [0, *cuts, len(text)]
-    outs = [split.push(text[a:b]) for a, b in itertools.pairwise(bounds)]
-    outs.append(split.finish())
-    thought, said = "".join(o[0] for o in outs), "".join(o[1] for o in outs)
-    assert (thought, said) == (split.reasoning, split.answer)
+    thought, said, _ = pushed_in_pieces(HarmonySplit(reasoning), text, cuts)
     return thought, said
 
 

@@ -21,7 +21,7 @@ from daemonproc import Daemon, start_daemon
 from test_tui_app import type_and_send, wait_until
 
 from localspec.engine.config import EngineConfig, LoadOptions
-from localspec.engine.reasoning import ReasoningSplit, opens_inside, thinks
+from localspec.engine.reasoning import ReasoningSplit, StreamSplit, opens_inside, thinks
 from localspec.engine.worker import Engine
 from localspec.settings import load_settings
 from localspec.types import (
@@ -54,7 +54,14 @@ def split_in_pieces(
     text: str, cuts: list[int], inside: bool = False
 ) -> tuple[str, str, list[tuple[str, str]]]:
     """(reasoning, answer, each push's output) with `text` pushed in the pieces `cuts` make."""
-    split = ReasoningSplit(inside)
+    return pushed_in_pieces(ReasoningSplit(inside), text, cuts)
+
+
+def pushed_in_pieces(
+    split: StreamSplit, text: str, cuts: list[int]
+) -> tuple[str, str, list[tuple[str, str]]]:
+    """What `split` gives out for `text` pushed in the pieces `cuts` make, then finished; what it
+    gave out agrees with what it holds as said."""
     bounds = [0, *cuts, len(text)]
     outs = [split.push(text[a:b]) for a, b in itertools.pairwise(bounds)]
     outs.append(split.finish())
