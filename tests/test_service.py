@@ -27,7 +27,7 @@ from click.testing import CliRunner, Result
 from localspec.cli import cli
 from localspec.errors import ConfigError, DaemonError
 from localspec.process import service
-from localspec.process.pidfile import daemon_pid
+from localspec.process.pidfile import daemon_pid, listening
 
 # The stand-in manager: logs its argv; FAKE_MODE "nobus" fails as systemctl --user does without a
 # user bus; "run" starts the unit's command on `restart` and stops it on `disable --now`.
@@ -152,7 +152,7 @@ def test_installed_service_serves_and_uninstall_stops_it(user: Path, tiny_target
         assert "journalctl --user -u localspec.service" in done.output
         transport = httpx.HTTPTransport(uds=str(socket_path))
         with httpx.Client(transport=transport, base_url="http://localhost", timeout=60) as http:
-            assert _health(http)["model"] == tiny_target.stem
+            assert _health(http, socket_path)["model"] == tiny_target.stem
         status = invoke("status", env=env)
         assert f"daemon: running, pid {pid}" in status.output and "(installed)" in status.output
     finally:
@@ -163,14 +163,17 @@ def test_installed_service_serves_and_uninstall_stops_it(user: Path, tiny_target
     assert _exits(pid)
 
 
-def _health(http: httpx.Client) -> dict[str, object]:
+def _health(http: httpx.Client, socket_path: Path) -> dict[str, object]:
     """/health once the daemon is ready (it answers 503 while its model loads)."""
     deadline = time.monotonic() + 90
     while True:
-        with contextlib.suppress(httpx.TransportError):
-            answer: dict[str, object] = http.get("/health").json()
-            if answer["status"] == "ready":
-                return answer
+        # Probe first: httpcore leaks the socket of a refused unix connect, and the daemon binds
+        # its socket before it listens (CI failed on that ResourceWarning once).
+        if listening(socket_path):
+            with contextlib.suppress(httpx.TransportError):
+                answer: dict[str, object] = http.get("/health").json()
+                if answer["status"] == "ready":
+                    return answer
         assert time.monotonic() < deadline, "the service's daemon never became ready"
         time.sleep(0.2)
 
