@@ -9,6 +9,7 @@ answer " python function".
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,11 @@ from daemonproc import Daemon, start_daemon
 from test_reasoning import pushed_in_pieces
 
 from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.constraint import GrammarTokenizer
 from localspec.engine.harmony import HarmonySplit, harmony
-from localspec.engine.toolcalls import HARMONY, parse_tool_calls, tool_format
-from localspec.engine.tooluse import ToolCallFilter
+from localspec.engine.llama import LlamaModel
+from localspec.engine.toolcalls import HARMONY, lazy_call_grammar, parse_tool_calls, tool_format
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for
 from localspec.engine.worker import Engine
 from localspec.types import (
     ChatMessage,
@@ -164,8 +167,8 @@ def test_the_engine_splits_a_reply_and_counts_its_reasoning(models: Path) -> Non
 @pytest.mark.parametrize("choice", ["required", "auto"])
 def test_a_forced_call_comes_after_the_analysis(models: Path, choice: str) -> None:
     """tool_choice required: the grammar lets the model write its analysis, then writes the call's
-    message, as llama.cpp constrains gpt-oss. auto: no grammar (harmony's calls open with a
-    channel's name, no one token to trigger on), and the model answers."""
+    message, as llama.cpp constrains gpt-oss. auto: the lazy grammar leaves a reply that names no
+    function free, and the model answers as it would without it."""
     with engine(models / "gpt-oss-tiny.gguf") as eng:
         result = eng.generate(ask(tools=(TIME,), tool_choice=choice, max_tokens=60))
     assert result.reasoning == REASONING
@@ -174,6 +177,70 @@ def test_a_forced_call_comes_after_the_analysis(models: Path, choice: str) -> No
         assert (result.text, result.finish_reason) == ("", "tool_calls")
     else:
         assert (result.text, result.tool_calls) == (ANSWER, ())
+
+
+WEATHER = ToolSpec(
+    "get_weather",
+    "The weather in a city",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+_MARKER = re.compile(r"(<\|[a-z]+\|>)")
+
+
+def harmony_tokens(model: LlamaModel, text: str) -> list[int]:
+    """`text`'s tokens as gpt-oss writes them: each marker one token, the text between as it is,
+    a character a token (the tiny vocabulary's tokenizer puts a space before every piece)."""
+    byte_piece = {model.piece(t): t for t in reversed(range(model.n_vocab))}
+    tokens: list[int] = []
+    for part in filter(None, _MARKER.split(text)):
+        if _MARKER.fullmatch(part):
+            tokens += model.tokenize(part, add_special=False, parse_special=True)
+        else:
+            tokens += [byte_piece[c.encode()] for c in part]
+    return tokens
+
+
+def test_in_auto_mode_a_header_that_names_a_function_holds_the_call(models: Path) -> None:
+    """tool_choice auto, as llama.cpp's lazy grammar holds gpt-oss: whatever it writes passes (its
+    analysis, preambles, answers, calls in the channel's or the role's header, a built-in tool's
+    call); once a header names a function, the name is one of the tools' and the body its arguments."""
+    model = LlamaModel(models / "gpt-oss-tiny.gguf", LoadOptions(n_ctx=256, n_threads=1))
+    try:
+        request = GenerationRequest(messages=(ChatMessage("user", "hi"),), tools=(WEATHER, TIME))
+        grammar = call_grammar_for(model, HARMONY, request)
+        assert grammar is not None
+        grammars = GrammarTokenizer(model)
+
+        def taken(text: str) -> str:
+            """The part of `text` the grammar takes."""
+            tokens = harmony_tokens(model, text)
+            n = grammars.constraint(grammar).valid_prefix(tokens)
+            return b"".join(model.piece(t) for t in tokens[:n]).decode()
+
+        def forced(text: str) -> str:
+            constraint = grammars.constraint(grammar)
+            for token in harmony_tokens(model, text):
+                constraint.accept(token)
+            return b"".join(model.piece(t) for t in constraint.forced()).decode()
+
+        for text, *_ in CASES[:-1]:
+            assert taken(text) == text
+        builtin = '<|channel|>commentary to=browser.search<|message|>{"query": 1}'
+        said = "<|channel|>analysis<|message|>Call to=functions.get_time later.<|end|>"
+        assert taken(builtin) == builtin and taken(said) == said
+        # Named in the channel's header, or in the role's.
+        opened = "<|start|>assistant<|channel|>commentary to=functions."
+        assert forced(opened + "get_w") == "eather"
+        assert forced(opened + "get_weather <|constrain|>json<|message|>") == '{"city": "'
+        assert forced("<|start|>assistant to=functions.get_t") == "ime<|channel|>"
+        assert taken(opened + "nope") == opened
+        called = opened + "get_weather<|message|>"
+        assert taken(called + '{"town": "Paris"}') == called + '{"'
+        assert taken(CASES[-1][0]).endswith("to=functions.")  # f is no tool
+    finally:
+        model.close()
+    # A marker that is no single token: a header could not be told from text, so no grammar.
+    assert lazy_call_grammar(HARMONY, (WEATHER,), False, lambda m: None if "channel" in m else 1) is None
 
 
 def test_a_thinking_budget_bounds_the_analysis(models: Path) -> None:

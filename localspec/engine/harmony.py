@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from localspec.engine.reasoning import ANSWER_RULE, StreamSplit, bounded_thought, partial_tail, thinks
@@ -44,6 +44,13 @@ _MAX_HEADER = 256
 _BODY_ENDS = (END, START, CHANNEL)
 _RECIPIENT = re.compile(r"\bto=(\S+?)(?=\s|<\||$)")
 _CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"(\w+)")
+# lazy_calls' text: a body's is free; a header's (HEAD) may not name a function, or it is a
+# call's (CALL_HEAD, up to its first `to=functions.`); after the name, a space opens the rest.
+_LAZY_TERMINALS = r"""TEXT: /(.|\n)+/
+HEAD: /(.|\n)+/ & ~/(.|\n)*to=functions(.|\n)*/
+CALL_HEAD: /(.|\n)*to=functions\./ & ~/(.|\n)*to=functions\.(.|\n)+/
+NAME_TAIL: /\s(.|\n)*/ & ~/(.|\n)*to=functions(.|\n)*/
+"""
 
 
 def harmony(template: str | None) -> bool:
@@ -179,6 +186,31 @@ def budget_reply(budget: int, special: SpecialFn) -> str:
     budget_tokens), its final answer free: past the budget the analysis is closed for the model."""
     last = f"{message_opening('final', special)} ANSWER?"
     return forced_reply(last, special, ANSWER_RULE, budget)
+
+
+def lazy_calls(arguments: Mapping[str, str], special: SpecialFn) -> str | None:
+    """A grammar for tool_choice auto: the reply free, until a header names a function
+    (`to=functions.`, in the channel's header or the role's); from there the name is one of the
+    tools' and the body that tool's arguments (`arguments`: each tool's name to its Lark expression),
+    as llama.cpp's lazy grammar for gpt-oss holds a reply from the same point. Only the headers'
+    text is watched: a body may say `to=functions.` freely; another recipient (a built-in tool) is
+    free. None where a marker is not one token (text could not be told from a header then)."""
+    ids = [special(t) for t in (CHANNEL, MESSAGE, START, END, CONSTRAIN)]
+    if None in ids:
+        return None
+    channel, message, start, end, constrain = (f"<[{i}]>" for i in ids)
+    # What may come between a call's name and its body: ` <|constrain|>json`, ` json` or nothing.
+    rest = f"({constrain} HEAD?)? {message}"
+    tools = arguments.items()
+    in_channel = " | ".join(f"{json.dumps(name)} NAME_TAIL? {rest} {args}" for name, args in tools)
+    in_role = " | ".join(f"{json.dumps(name)} {channel} HEAD? {rest} {args}" for name, args in tools)
+    return (
+        "start: TEXT? part* call?\n"
+        f"part: {channel} HEAD? | {start} HEAD? | {constrain} HEAD? | {message} TEXT? | {end} TEXT?\n"
+        f"call: {channel} CALL_HEAD in_channel | {start} CALL_HEAD in_role\n"
+        f"in_channel: {in_channel}\n"
+        f"in_role: {in_role}\n" + _LAZY_TERMINALS
+    )
 
 
 def message_opening(channel: str, special: SpecialFn) -> str:

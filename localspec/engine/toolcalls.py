@@ -180,15 +180,12 @@ def lazy_call_grammar(
 
     Only where both markers are single special tokens, which free text can never contain: then
     the opening token is the trigger, and what follows it is forced as far as the schemas go
-    (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise, and
-    for harmony, whose call opens with a channel's name (no one token to trigger on).
+    (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise.
+    Harmony's call opens with a header's text (`to=functions.`), watched in headers alone.
     """
-    if (
-        fmt is HARMONY
-        or not (fmt.start and fmt.end)
-        or special(fmt.start) is None
-        or special(fmt.end) is None
-    ):
+    if fmt is HARMONY:
+        return harmony.lazy_calls({t.name: _harmony_arguments(t) for t in tools}, special)
+    if not (fmt.start and fmt.end) or special(fmt.start) is None or special(fmt.end) is None:
         return None
     one = _one_call(fmt, tools, "auto")
     call = f'{marker(fmt.start, special)} "\\n" {_json(one)} "\\n" {marker(fmt.end, special)}'
@@ -200,16 +197,20 @@ def _harmony_call(
     tools: Sequence[ToolSpec], choice: ToolChoice, special: SpecialFn, budget: int | None
 ) -> str:
     """gpt-oss's call (one a reply: `<|call|>` ends it), after the analysis it may write first."""
-    from localspec.engine.constraint import JSON_OPTIONS
-
     chosen = [t for t in tools if not isinstance(choice, NamedTool) or t.name == choice.name]
     calls = " | ".join(
-        harmony.message_opening(f"commentary to=functions.{t.name}", special)
-        + " "
-        + _json({**(dict(t.parameters) or {"type": "object", "properties": {}}), "x-guidance": JSON_OPTIONS})
+        harmony.message_opening(f"commentary to=functions.{t.name}", special) + " " + _harmony_arguments(t)
         for t in chosen
     )
     return harmony.forced_reply(f"({calls})", special, budget=budget)
+
+
+def _harmony_arguments(tool: ToolSpec) -> str:
+    """A harmony call's body: the tool's arguments alone (its name is in the header)."""
+    from localspec.engine.constraint import JSON_OPTIONS
+
+    params = dict(tool.parameters) or {"type": "object", "properties": {}}
+    return _json({**params, "x-guidance": JSON_OPTIONS})
 
 
 def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
