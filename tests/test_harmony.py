@@ -24,7 +24,7 @@ from localspec.engine.constraint import GrammarTokenizer
 from localspec.engine.harmony import HarmonySplit, harmony
 from localspec.engine.llama import LlamaModel
 from localspec.engine.toolcalls import HARMONY, lazy_call_grammar, parse_tool_calls, tool_format
-from localspec.engine.tooluse import ToolCallFilter, call_grammar_for
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, single_token
 from localspec.engine.worker import Engine
 from localspec.types import (
     ChatMessage,
@@ -211,10 +211,10 @@ def test_in_auto_mode_a_header_that_names_a_function_holds_the_call(models: Path
         assert grammar is not None
         grammars = GrammarTokenizer(model)
 
-        def taken(text: str) -> str:
+        def taken(text: str, lark: str = grammar) -> str:
             """The part of `text` the grammar takes."""
             tokens = harmony_tokens(model, text)
-            n = grammars.constraint(grammar).valid_prefix(tokens)
+            n = grammars.constraint(lark).valid_prefix(tokens)
             return b"".join(model.piece(t) for t in tokens[:n]).decode()
 
         def forced(text: str) -> str:
@@ -237,19 +237,29 @@ def test_in_auto_mode_a_header_that_names_a_function_holds_the_call(models: Path
         called = opened + "get_weather<|message|>"
         assert taken(called + '{"town": "Paris"}') == called + '{"'
         assert taken(CASES[-1][0]).endswith("to=functions.")  # f is no tool
+        # Under a budget, one analysis at most, first: a later header may not open another.
+        bounded = lazy_call_grammar(HARMONY, (WEATHER,), False, lambda m: single_token(model, m), 50)
+        assert bounded is not None
+        second = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>analysis"
+        assert taken(second, bounded) == second.removesuffix("s")
+        assert taken(second, grammar) == second  # unbounded: the analysis channel may call
+        assert taken(CASES[1][0], bounded) == CASES[1][0]
     finally:
         model.close()
     # A marker that is no single token: a header could not be told from text, so no grammar.
     assert lazy_call_grammar(HARMONY, (WEATHER,), False, lambda m: None if "channel" in m else 1) is None
 
 
-def test_a_thinking_budget_bounds_the_analysis(models: Path) -> None:
+@pytest.mark.parametrize("tools", [(), (TIME,)])
+def test_a_thinking_budget_bounds_the_analysis(models: Path, tools: tuple[ToolSpec, ...]) -> None:
     """Anthropic's budget_tokens: past it the grammar closes the analysis and opens the final
-    message (what the tiny model writes there, pushed off its script, is not asserted); 0: none."""
+    message (what the tiny model writes there, pushed off its script, is not asserted); 0: none.
+    With tools (tool_choice auto), the call's lazy grammar bounds it, and no later header opens
+    another analysis."""
     with engine(models / "gpt-oss-tiny.gguf") as eng:
-        one = eng.generate(ask(thinking_budget=1))
-        ample = eng.generate(ask(thinking_budget=50))
-        none = eng.generate(ask(thinking_budget=0))
+        one = eng.generate(ask(thinking_budget=1, tools=tools))
+        ample = eng.generate(ask(thinking_budget=50, tools=tools))
+        none = eng.generate(ask(thinking_budget=0, tools=tools))
     assert (one.reasoning, ample.reasoning, none.reasoning) == (" hello", REASONING, "")
     assert all("<|channel|>" not in r.text and "analysis" not in r.text for r in (one, ample, none))
 

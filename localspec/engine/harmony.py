@@ -46,10 +46,14 @@ _RECIPIENT = re.compile(r"\bto=(\S+?)(?=\s|<\||$)")
 _CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"(\w+)")
 # lazy_calls' text: a body's is free; a header's (HEAD) may not name a function, or it is a
 # call's (CALL_HEAD, up to its first `to=functions.`); after the name, a space opens the rest.
+# Under a budget, a header after the first analysis may not open another, nor call from one (a
+# model that wanted more analysis would be pushed into a call): LATER_HEAD, LATER_CALL_HEAD.
 _LAZY_TERMINALS = r"""TEXT: /(.|\n)+/
 HEAD: /(.|\n)+/ & ~/(.|\n)*to=functions(.|\n)*/
 CALL_HEAD: /(.|\n)*to=functions\./ & ~/(.|\n)*to=functions\.(.|\n)+/
 NAME_TAIL: /\s(.|\n)*/ & ~/(.|\n)*to=functions(.|\n)*/
+LATER_HEAD: /(.|\n)+/ & ~/(.|\n)*(to=functions|analysis)(.|\n)*/
+LATER_CALL_HEAD: CALL_HEAD & ~/(.|\n)*analysis(.|\n)*/
 """
 
 
@@ -170,15 +174,18 @@ def forced_reply(last: str, special: SpecialFn, rules: str = "", budget: int | N
     """A grammar (llguidance's Lark) for a reply whose last message, from its channel's name on,
     is `last` (a Lark expression; `rules` its rules), after the analysis the model may write first,
     as llama.cpp constrains gpt-oss; within `budget` tokens where there is one (0: no analysis)."""
-    channel, message, end, start = (marker(t, special) for t in (CHANNEL, MESSAGE, END, START))
+    channel = marker(CHANNEL, special)
     if budget == 0:
         return f"start: {channel} {last}\n{rules}"
+    return f"start: analysis? {channel} {last}\n{_analysis(special, budget)}{rules}"
+
+
+def _analysis(special: SpecialFn, budget: int | None) -> str:
+    """The rule `analysis`: the analysis message and the next one's role, within `budget` tokens
+    where there is one (not 0), with the rule for its text."""
+    channel, message, end, start = (marker(t, special) for t in (CHANNEL, MESSAGE, END, START))
     thought, rule = bounded_thought(budget)
-    return (
-        f"start: analysis? {channel} {last}\n"
-        f'analysis: {channel} "analysis" {message} {thought} {end} {start} "assistant"\n'
-        f"{rule}{rules}"
-    )
+    return f'analysis: {channel} "analysis" {message} {thought} {end} {start} "assistant"\n{rule}'
 
 
 def budget_reply(budget: int, special: SpecialFn) -> str:
@@ -188,28 +195,36 @@ def budget_reply(budget: int, special: SpecialFn) -> str:
     return forced_reply(last, special, ANSWER_RULE, budget)
 
 
-def lazy_calls(arguments: Mapping[str, str], special: SpecialFn) -> str | None:
+def lazy_calls(arguments: Mapping[str, str], special: SpecialFn, budget: int | None = None) -> str | None:
     """A grammar for tool_choice auto: the reply free, until a header names a function
     (`to=functions.`, in the channel's header or the role's); from there the name is one of the
     tools' and the body that tool's arguments (`arguments`: each tool's name to its Lark expression),
     as llama.cpp's lazy grammar for gpt-oss holds a reply from the same point. Only the headers'
     text is watched: a body may say `to=functions.` freely; another recipient (a built-in tool) is
-    free. None where a marker is not one token (text could not be told from a header then)."""
+    free. None where a marker is not one token (text could not be told from a header then).
+
+    With a `budget` (Anthropic's budget_tokens), one analysis at most, first, within it (none for
+    0): no later header may open another."""
     ids = [special(t) for t in (CHANNEL, MESSAGE, START, END, CONSTRAIN)]
     if None in ids:
         return None
     channel, message, start, end, constrain = (f"<[{i}]>" for i in ids)
+    opening, analysis, head, call_head = "", "", "HEAD", "CALL_HEAD"
+    if budget is not None:
+        head, call_head = "LATER_HEAD", "LATER_CALL_HEAD"
+        if budget > 0:
+            opening, analysis = "analysis? ", _analysis(special, budget)
     # What may come between a call's name and its body: ` <|constrain|>json`, ` json` or nothing.
     rest = f"({constrain} HEAD?)? {message}"
     tools = arguments.items()
     in_channel = " | ".join(f"{json.dumps(name)} NAME_TAIL? {rest} {args}" for name, args in tools)
     in_role = " | ".join(f"{json.dumps(name)} {channel} HEAD? {rest} {args}" for name, args in tools)
     return (
-        "start: TEXT? part* call?\n"
-        f"part: {channel} HEAD? | {start} HEAD? | {constrain} HEAD? | {message} TEXT? | {end} TEXT?\n"
-        f"call: {channel} CALL_HEAD in_channel | {start} CALL_HEAD in_role\n"
+        f"start: {opening}TEXT? part* call?\n"
+        f"part: {channel} {head}? | {start} {head}? | {constrain} {head}? | {message} TEXT? | {end} TEXT?\n"
+        f"call: {channel} {call_head} in_channel | {start} {call_head} in_role\n"
         f"in_channel: {in_channel}\n"
-        f"in_role: {in_role}\n" + _LAZY_TERMINALS
+        f"in_role: {in_role}\n{analysis}" + _LAZY_TERMINALS
     )
 
 

@@ -174,17 +174,23 @@ def call_grammar(
 
 
 def lazy_call_grammar(
-    fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool, special: SpecialFn
+    fmt: ToolFormat,
+    tools: Sequence[ToolSpec],
+    parallel: bool,
+    special: SpecialFn,
+    budget: int | None = None,
 ) -> str | None:
     """For tool_choice auto: free text, but once the model opens a call, a valid call to the end.
 
     Only where both markers are single special tokens, which free text can never contain: then
     the opening token is the trigger, and what follows it is forced as far as the schemas go
     (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise.
-    Harmony's call opens with a header's text (`to=functions.`), watched in headers alone.
+    Harmony's call opens with a header's text (`to=functions.`), watched in headers alone; its
+    analysis within `budget` tokens where there is one (a thinking model's is bounded around this
+    grammar: reasoning.thinking_first).
     """
     if fmt is HARMONY:
-        return harmony.lazy_calls({t.name: _harmony_arguments(t) for t in tools}, special)
+        return harmony.lazy_calls({t.name: _harmony_arguments(t) for t in tools}, special, budget)
     if not (fmt.start and fmt.end) or special(fmt.start) is None or special(fmt.end) is None:
         return None
     one = _one_call(fmt, tools, "auto")

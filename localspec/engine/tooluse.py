@@ -51,7 +51,7 @@ def call_grammar_for(
     with `think`, after the thinking model's reasoning."""
     special = functools.partial(single_token, model)
     if req.tool_choice == "auto":
-        lazy = lazy_call_grammar(fmt, req.tools, req.parallel_tool_calls, special)
+        lazy = lazy_call_grammar(fmt, req.tools, req.parallel_tool_calls, special, req.thinking_budget)
         if lazy is None:
             return None
         return lark_grammar(lazy if think is None else thinking_first(lazy, think), param="tools")

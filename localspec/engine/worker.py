@@ -843,8 +843,8 @@ class Engine:
     ) -> Constraint | None:
         """A thinking budget where nothing else holds the reply: a grammar that closes the model's
         reasoning past it, its answer free. `talks`: the model talks harmony and was offered no
-        tools (the grammar would leave it no way to call one; with tool_choice auto the lazy call
-        grammar holds the reply, and bounds no analysis)."""
+        tools (the grammar would leave it no way to call one; with tools, the call's grammar
+        bounds the analysis)."""
         assert self._target is not None
         if req.thinking_budget is None:
             return None
