@@ -242,7 +242,7 @@ def test_in_auto_mode_a_header_that_names_a_function_holds_the_call(models: Path
         assert bounded is not None
         second = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>analysis"
         assert taken(second, bounded) == second.removesuffix("s")
-        assert taken(second, grammar) == second  # unbounded: the analysis channel may call
+        assert taken(second, grammar) == second  # no budget: as many analyses as it writes
         assert taken(CASES[1][0], bounded) == CASES[1][0]
     finally:
         model.close()
