@@ -398,8 +398,13 @@ def test_responses_carry_the_analysis_then_the_call_as_codex_reads_them(daemon: 
         ) as stream:
             events = list(stream)
             called = stream.get_final_response()
+        # Codex's own choice: auto, under the lazy call grammar; a reply that names no function is free.
+        free = oai.responses.create(
+            model="gpt-oss-tiny", input="hi there", temperature=0, tools=tools, tool_choice="auto"
+        )
     assert [item.type for item in answered.output] == ["reasoning", "message"]
     assert answered.output_text == ANSWER
+    assert [item.type for item in free.output] == ["reasoning", "message"] and free.output_text == ANSWER
     assert [item.type for item in called.output] == ["reasoning", "function_call"]
     call = called.output[1]
     assert call.type == "function_call" and (call.name, json.loads(call.arguments)) == ("get_time", {})
