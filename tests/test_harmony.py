@@ -231,7 +231,12 @@ def test_in_auto_mode_a_header_that_names_a_function_holds_the_call(models: Path
         # Named in the channel's header, or in the role's.
         opened = "<|start|>assistant<|channel|>commentary to=functions."
         assert forced(opened + "get_w") == "eather"
-        assert forced(opened + "get_weather <|constrain|>json<|message|>") == '{"city": "'
+        body = opened + "get_weather <|constrain|>json<|message|>"
+        assert forced(body) == "{" and forced(body + '{"city"') == ""
+        # Its JSON compact, as gpt-oss often writes it, or spaced, but no run of spaces.
+        for args in ('{"city":"Paris"}', '{"city": "Paris"}', '{ "city" : "Paris" }'):
+            assert taken(body + args) == body + args
+        assert taken(body + '{"city":  "Paris"}') == body + '{"city": '
         assert forced("<|start|>assistant to=functions.get_t") == "ime<|channel|>"
         assert taken(opened + "nope") == opened
         called = opened + "get_weather<|message|>"

@@ -47,6 +47,16 @@ JSON_OPTIONS: JsonCompileOptions = {
     # Keywords llguidance does not implement (rare) are ignored rather than refusing the request.
     "lenient": True,
 }
+# gpt-oss writes its calls' JSON compact ({"city":"Paris"}, the harmony format's own examples) as
+# often as spaced, so there one space may stand or not at each place JSON allows whitespace, as
+# llama.cpp's grammar for it takes either; bounded, so a small model still cannot loop on it.
+HARMONY_JSON_OPTIONS: JsonCompileOptions = {
+    "whitespace_flexible": True,
+    "whitespace_pattern": "[ ]?",
+    "key_separator": ":",
+    "item_separator": ",",
+    "lenient": True,
+}
 
 
 def json_schema_grammar(schema: Mapping[str, Any], param: str = "json_schema") -> str:
@@ -61,10 +71,12 @@ def json_schema_grammar(schema: Mapping[str, Any], param: str = "json_schema") -
     return grammar
 
 
-def json_schema_lark(schema: Mapping[str, Any], rule: str = "start") -> str:
+def json_schema_lark(
+    schema: Mapping[str, Any], rule: str = "start", options: JsonCompileOptions = JSON_OPTIONS
+) -> str:
     """The grammar of `json_schema_grammar` (check the schema with it first) as a Lark rule `rule`,
     for grammars that put something before the JSON (a thinking model's reasoning)."""
-    return f"{rule}: %json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS}) + "\n"
+    return f"{rule}: %json " + json.dumps({**schema, "x-guidance": options}) + "\n"
 
 
 def lark_grammar(lark: str, param: str) -> str:

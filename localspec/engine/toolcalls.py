@@ -212,11 +212,12 @@ def _harmony_call(
 
 
 def _harmony_arguments(tool: ToolSpec) -> str:
-    """A harmony call's body: the tool's arguments alone (its name is in the header)."""
-    from localspec.engine.constraint import JSON_OPTIONS
+    """A harmony call's body: the tool's arguments alone (its name is in the header), compact or
+    spaced (constraint.HARMONY_JSON_OPTIONS)."""
+    from localspec.engine.constraint import HARMONY_JSON_OPTIONS
 
     params = dict(tool.parameters) or {"type": "object", "properties": {}}
-    return _json({**params, "x-guidance": JSON_OPTIONS})
+    return _json({**params, "x-guidance": HARMONY_JSON_OPTIONS})
 
 
 def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) -> dict[str, Any]:

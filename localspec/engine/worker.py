@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 from localspec.engine import harmony, heap, interleave
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig
 from localspec.engine.constraint import (
+    HARMONY_JSON_OPTIONS,
     Constraint,
     GrammarTokenizer,
     json_schema_grammar,
@@ -822,7 +823,7 @@ class Engine:
         if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
             grammar: str | None = json_schema_grammar(req.json_schema)
             if talks:
-                answer = json_schema_lark(req.json_schema, rule="answer")
+                answer = json_schema_lark(req.json_schema, rule="answer", options=HARMONY_JSON_OPTIONS)
                 opening = harmony.message_opening("final", self._special)
                 grammar = lark_grammar(
                     harmony.forced_reply(f"{opening} answer", self._special, answer, req.thinking_budget),
