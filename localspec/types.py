@@ -167,6 +167,9 @@ class GenerationRequest:
     # Structured output: the text must be JSON valid against this schema ({} any JSON value,
     # {"type": "object"} any object). Enforced at every token, speculation included.
     json_schema: Mapping[str, Any] | None = field(default=None, hash=False)
+    # Or a grammar of the request's own, in llguidance's Lark syntax (engine.constraint turns
+    # llama-server's GBNF, vLLM's regular expressions and choices into it), enforced the same way.
+    grammar: str | None = None
     # Text the reply is expected to repeat in large part (OpenAI's Predicted Outputs: a file
     # rewritten with a few changes): drafted from as the prompt is; the output is the target's alone.
     prediction: str | None = None

@@ -9,7 +9,8 @@ test_api_tools_real.py (slow).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,85 @@ def test_ollama_rejects_a_bad_format(ollama_client: ollama.Client) -> None:
 
 def test_ollama_show_lists_tools_for_a_template_that_takes_them(ollama_client: ollama.Client) -> None:
     assert "tools" in (ollama_client.show("tiny-tools").capabilities or [])
+
+
+# --- the other ways clients ask for a form: llama-server's and vLLM's fields ------------------------
+
+CODE = r"[A-Z]{2}-[0-9]{3}"
+YES_NO_GBNF = 'root ::= answer\nanswer ::= "yes" | "no"'
+
+
+@pytest.mark.parametrize(
+    ("extra", "check"),
+    [
+        ({"grammar": YES_NO_GBNF}, lambda t: t in ("yes", "no")),  # llama-server
+        ({"json_schema": ANSWER}, lambda t: _valid(ANSWER, t)),  # llama-server
+        ({"response_format": {"type": "json_object", "schema": ANSWER}}, lambda t: _valid(ANSWER, t)),
+        ({"guided_json": ANSWER}, lambda t: _valid(ANSWER, t)),  # vLLM
+        ({"guided_json": json.dumps(ANSWER)}, lambda t: _valid(ANSWER, t)),
+        ({"guided_regex": CODE}, lambda t: re.fullmatch(CODE, t)),
+        ({"guided_choice": ["red", "green", "blue"]}, lambda t: t in ("red", "green", "blue")),
+        ({"guided_grammar": YES_NO_GBNF}, lambda t: t in ("yes", "no")),
+        ({"structured_outputs": {"choice": ["left", "right"]}}, lambda t: t in ("left", "right")),
+        ({"structured_outputs": {"regex": CODE}}, lambda t: re.fullmatch(CODE, t)),
+    ],
+    ids=lambda v: next(iter(v)) if isinstance(v, dict) else "",
+)
+def test_llama_server_and_vllm_constraints_hold_the_chat_reply(
+    client: openai.OpenAI, extra: dict[str, Any], check: Callable[[str], object]
+) -> None:
+    """Sent as clients send them through the openai package (extra_body, or a response_format the
+    SDK passes on as it is); sampled, so it is the grammar that holds the reply, not a lucky path."""
+    for seed in (1, 2):
+        out = client.chat.completions.create(
+            model="tiny-tools", messages=CHAT, temperature=1.0, seed=seed, max_tokens=80, extra_body=extra
+        )
+        text = out.choices[0].message.content or ""
+        assert out.choices[0].finish_reason == "stop" and check(text), (extra, text)
+
+
+def test_constraints_hold_completions_too(client: openai.OpenAI, daemon: Daemon) -> None:
+    out = client.completions.create(
+        model="tiny-tools",
+        prompt="the code is",
+        max_tokens=20,
+        temperature=1.0,
+        extra_body={"guided_regex": CODE},
+    )
+    assert re.fullmatch(CODE, out.choices[0].text)
+    # llama-server's /completion, as its README shows the two fields.
+    with daemon.http() as http:
+        body = {"prompt": "answer:", "n_predict": 20, "grammar": YES_NO_GBNF}
+        assert http.post("/completion", json=body).json()["content"] in ("yes", "no")
+        body = {"prompt": "answer:", "n_predict": 80, "json_schema": ANSWER}
+        _valid(ANSWER, http.post("/completion", json=body).json()["content"])
+        anything = http.post("/completion", json={"prompt": "x", "n_predict": 200, "json_schema": {}}).json()
+        assert anything["content"].startswith("{")  # {}: any object, as llama-server reads it
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "says"),
+    [
+        ({"grammar": YES_NO_GBNF, "guided_regex": CODE}, "guided_regex", "both hold the reply"),
+        ({"json_schema": ANSWER, "response_format": {"type": "json_object"}}, "json_schema", "both hold"),
+        ({"grammar": 'root ::= "a" missing'}, "grammar", "Rule 'missing' not found"),
+        ({"guided_regex": "[a-"}, "guided_regex", "unclosed character class"),
+        ({"guided_choice": []}, "guided_choice", "one or more choices"),
+        ({"guided_json": "{not json"}, "guided_json", "not a JSON schema"),
+        ({"grammar": YES_NO_GBNF, "tools": TOOLS}, "grammar", "without tools"),
+    ],
+)
+def test_a_constraint_that_cannot_hold_is_a_400_naming_it(
+    client: openai.OpenAI, extra: dict[str, Any], param: str, says: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny-tools", messages=CHAT, max_tokens=4, extra_body=extra)
+    assert err.value.param == param and says in str(err.value)
+    # And the daemon serves on.
+    out = client.chat.completions.create(model="tiny-tools", messages=CHAT, max_tokens=2)
+    assert out.choices[0].finish_reason in ("stop", "length")
+
+
+def _valid(schema: dict[str, Any], text: str) -> bool:
+    jsonschema_rs.validator_for(schema).validate(json.loads(text))
+    return True

@@ -20,7 +20,7 @@ from daemonproc import Daemon, start_daemon
 from test_reasoning import pushed_in_pieces
 
 from localspec.engine.config import EngineConfig, LoadOptions
-from localspec.engine.constraint import GrammarTokenizer
+from localspec.engine.constraint import GrammarTokenizer, regex_lark
 from localspec.engine.harmony import HarmonySplit, harmony
 from localspec.engine.llama import LlamaModel
 from localspec.engine.toolcalls import HARMONY, lazy_call_grammar, parse_tool_calls, tool_format
@@ -276,6 +276,13 @@ def test_a_json_schema_holds_the_final_message(models: Path) -> None:
         result = eng.generate(ask(json_schema=schema, max_tokens=60))
     assert result.reasoning == REASONING
     assert isinstance(json.loads(result.text)["ok"], bool)
+
+
+def test_a_grammar_of_the_requests_own_holds_the_final_message(models: Path) -> None:
+    with engine(models / "gpt-oss-tiny.gguf") as eng:
+        result = eng.generate(ask(grammar=regex_lark("[0-9]{3}", "guided_regex"), max_tokens=60))
+    assert result.reasoning == REASONING
+    assert re.fullmatch("[0-9]{3}", result.text) and result.finish_reason == "stop"
 
 
 def test_earlier_reasoning_and_calls_reach_the_template(models: Path) -> None:

@@ -21,6 +21,7 @@ from daemonproc import Daemon, start_daemon
 from test_tui_app import type_and_send, wait_until
 
 from localspec.engine.config import EngineConfig, LoadOptions
+from localspec.engine.constraint import gbnf_lark
 from localspec.engine.reasoning import ReasoningSplit, StreamSplit, opens_inside, thinks
 from localspec.engine.worker import Engine
 from localspec.settings import load_settings
@@ -188,6 +189,17 @@ def test_a_schema_holds_the_answer_after_the_reasoning(models: Path, model: str)
         result = eng.generate(ask(json_schema=SCHEMA, max_tokens=40))
     assert result.reasoning == REASONING
     assert isinstance(json.loads(result.text)["ok"], bool)
+
+
+@pytest.mark.parametrize("model", ["think.gguf", "think-open.gguf"])
+def test_a_grammar_of_the_requests_own_holds_the_answer_after_the_reasoning(models: Path, model: str) -> None:
+    """The same for a request's own grammar (llama-server's GBNF here): it is a grammar apart,
+    which the one around it names after the reasoning, so its rules cannot clash with that one's
+    (this one has an `answer` too)."""
+    answer = gbnf_lark('root ::= " " answer\nanswer ::= "yes" | "no"', "grammar")
+    with engine(models / model) as eng:
+        result = eng.generate(ask(grammar=answer, max_tokens=40))
+    assert (result.reasoning, result.text) in ((REASONING, "yes"), (REASONING, "no"))
 
 
 def test_a_thinking_budget_closes_the_block_and_the_answer_follows(models: Path) -> None:

@@ -8,8 +8,10 @@ valid against its schema, and sampled output must keep the constrained distribut
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import jsonschema_rs
 import pytest
 from test_engine import TINY, _same_distribution, make_engine
 
+from localspec.engine.constraint import choice_lark, gbnf_lark, regex_lark
 from localspec.engine.worker import Engine
 from localspec.errors import UserInputError
 from localspec.types import GenerationRequest, GenerationResult, Method, SamplingParams, SpecParams
@@ -127,3 +130,55 @@ def test_an_invalid_schema_is_a_user_error(engine: Engine) -> None:
         run(engine, "hello", {"type": "strin"}, "none")
     # The engine is still fine.
     assert run(engine, "hello", {"enum": ["a", "b"]}, "none").text in ('"a"', '"b"')
+
+
+# --- a grammar of the request's own: GBNF, a regular expression, a list of choices ----------------
+
+# llama.cpp's GBNF: `root` the start, character classes, repetition (bounded, so a reply ends).
+PAIRS_GBNF = r"""root ::= pair (", " pair)?
+pair ::= word "=" [0-9] [0-9]?
+word ::= "cat" | "dog" | "hello"
+"""
+PAIRS = re.compile(r"(cat|dog|hello)=[0-9][0-9]?(, (cat|dog|hello)=[0-9][0-9]?)?")
+GRAMMARS = [
+    (gbnf_lark(PAIRS_GBNF, "grammar"), PAIRS),
+    (regex_lark(r"[a-z]{2,5}-[0-9]{3}", "guided_regex"), re.compile(r"[a-z]{2,5}-[0-9]{3}")),
+    (choice_lark(["the cat", "the dog", "a cat"], "guided_choice"), re.compile(r"the cat|the dog|a cat")),
+]
+
+
+@pytest.mark.parametrize(("lark", "whole"), GRAMMARS, ids=["gbnf", "regex", "choice"])
+def test_greedy_under_a_grammar_is_identical_for_every_method_and_follows_it(
+    engine: Engine, lark: str, whole: re.Pattern[str]
+) -> None:
+    for prompt in PROMPTS:
+        request = GenerationRequest(prompt=prompt, grammar=lark, max_tokens=40, cache_prompt=False)
+        base = engine.generate(request)
+        assert base.finish_reason == "stop" and whole.fullmatch(base.text), (prompt, base.text)
+        for method in ("ngram", "draft", "layerskip", "auto"):
+            out = engine.generate(replace(request, speculative=SpecParams(method, 4)))
+            assert out.token_ids == base.token_ids, (prompt, method)
+
+
+def test_a_grammar_comes_alone(engine: Engine) -> None:
+    lark = choice_lark(["a", "b"], "guided_choice")
+    with pytest.raises(UserInputError, match="a grammar holds the whole reply"):
+        engine.generate(GenerationRequest(prompt="hello", grammar=lark, json_schema={"type": "object"}))
+    assert engine.generate(GenerationRequest(prompt="hello", grammar=lark)).text in ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("convert", "text", "says"),
+    [
+        (gbnf_lark, 'root ::= "a" missing', "Rule 'missing' not found"),
+        (gbnf_lark, 'start: "a" | missing', 'unknown name: "missing"'),
+        (regex_lark, "[a-", "unclosed character class"),
+    ],
+)
+def test_a_grammar_that_cannot_be_used_is_one_line_naming_its_field(
+    convert: Callable[[str, str], str], text: str, says: str
+) -> None:
+    with pytest.raises(UserInputError) as err:
+        convert(text, "guided_grammar")
+    assert says in err.value.message and "\n" not in err.value.message
+    assert err.value.param == "guided_grammar"

@@ -79,22 +79,86 @@ def json_schema_lark(
     return f"{rule}: %json " + json.dumps({**schema, "x-guidance": options}) + "\n"
 
 
-def lark_grammar(lark: str, param: str) -> str:
+def lark_grammar(lark: str, param: str, what: str = "schema") -> str:
+    """llguidance's grammar for a Lark text, checked: UserInputError names `param` (and `what`)."""
     import llguidance
 
     grammar = llguidance.LLMatcher.grammar_from_lark(lark)
-    check_grammar(grammar, param)
+    check_grammar(grammar, param, what)
     return grammar
 
 
-def check_grammar(grammar: str, param: str) -> None:
+def check_grammar(grammar: str, param: str, what: str = "schema") -> None:
     """Validate a grammar without a tokenizer (no model needed), so the API can refuse it up front."""
     import llguidance
 
     failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if failed:
-        why = messages[0] if messages else "invalid"
-        raise UserInputError(f"{param}: the schema cannot be used: {why}", param=param)
+        why = _one_line(messages[0]) if messages else "invalid"
+        raise UserInputError(f"{param}: the {what} cannot be used: {why}", param=param)
+
+
+def _one_line(message: str) -> str:
+    """llguidance's message in one line: it may go on to show the grammar's text with a caret
+    under the fault, and a regex's own `error: ...` below that."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    return (
+        " ".join([lines[0], *(line for line in lines[1:] if line.startswith("error:"))])
+        if lines
+        else "invalid"
+    )
+
+
+# --- a request's own grammar (GenerationRequest.grammar) ----------------------------------------
+# Clients ask for one in three forms: llama.cpp's GBNF (llama-server's `grammar`, vLLM's
+# guided_grammar), a regular expression (vLLM's guided_regex) and a list of choices (guided_choice).
+# Each becomes a Lark grammar in llguidance's syntax here, checked, so the engine takes one form.
+# Where something must come before it (a thinking model's reasoning, gpt-oss's analysis) it is a
+# grammar of its own that the outer one names (USER_GRAMMAR): its rules cannot clash with theirs.
+USER_GRAMMAR = "@user"
+
+
+def gbnf_lark(text: str, param: str) -> str:
+    """A GBNF grammar (llama.cpp's, `root` its start), or one already in Lark, as Lark; checked."""
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    try:
+        lark = any_to_lark(text)
+    except Exception as exc:  # the converter raises bare Exceptions (an unknown rule, a bad token)
+        raise UserInputError(
+            f"{param}: not a GBNF grammar llama.cpp would read: {exc}", param=param
+        ) from None
+    lark_grammar(lark, param, "grammar")
+    return lark
+
+
+def regex_lark(pattern: str, param: str) -> str:
+    """A regular expression the whole reply must match, as Lark; checked."""
+    import llguidance
+
+    try:
+        grammar = json.loads(llguidance.LLMatcher.grammar_from_regex(pattern))
+    except (ValueError, TypeError) as exc:
+        raise UserInputError(f"{param}: invalid regular expression: {exc}", param=param) from None
+    lark = str(grammar["grammars"][0]["lark_grammar"])
+    lark_grammar(lark, param, "regular expression")
+    return lark
+
+
+def choice_lark(choices: Sequence[str], param: str) -> str:
+    """One of `choices`, exactly, as Lark."""
+    if not choices or not all(choices):
+        raise UserInputError(f"{param}: give one or more choices, none of them empty", param=param)
+    return "start: " + " | ".join(json.dumps(c) for c in choices) + "\n"
+
+
+def with_user_grammar(outer: str, user: str, param: str = "grammar") -> str:
+    """One grammar of `outer` (Lark naming USER_GRAMMAR where the request's own goes) and the
+    request's own Lark grammar `user`; checked."""
+    name = USER_GRAMMAR.removeprefix("@")
+    grammar = json.dumps({"grammars": [{"lark_grammar": outer}, {"name": name, "lark_grammar": user}]})
+    check_grammar(grammar, param, "grammar")
+    return grammar
 
 
 class GrammarTokenizer:

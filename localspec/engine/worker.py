@@ -25,11 +25,13 @@ from localspec.engine import harmony, heap, interleave
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig
 from localspec.engine.constraint import (
     HARMONY_JSON_OPTIONS,
+    USER_GRAMMAR,
     Constraint,
     GrammarTokenizer,
     json_schema_grammar,
     json_schema_lark,
     lark_grammar,
+    with_user_grammar,
 )
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
@@ -65,7 +67,7 @@ from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.toolcalls import ToolFormat
 from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format, single_token
-from localspec.errors import LocalspecError, OverloadedError, StorageError
+from localspec.errors import LocalspecError, OverloadedError, StorageError, UserInputError
 from localspec.types import (
     DEFAULT_K,
     GenerationRequest,
@@ -797,7 +799,11 @@ class Engine:
         Where a grammar holds the reply from its first token (a JSON schema, a forced call) and
         does not let the model think first (its tags are no single tokens), its text is the
         answer, even where the template opened a thinking block."""
-        forced = req.json_schema is not None or (tool_format is not None and req.tool_choice != "auto")
+        forced = (
+            req.json_schema is not None
+            or req.grammar is not None
+            or (tool_format is not None and req.tool_choice != "auto")
+        )
         if inside is None or not req.split_reasoning or (forced and think is None):
             return None
         return ReasoningSplit(inside)
@@ -816,10 +822,20 @@ class Engine:
         self, req: GenerationRequest, tool_format: ToolFormat | None, think: ThinkTokens | None, talks: bool
     ) -> Constraint | None:
         """The grammar a request's output must follow, if any: a forced tool call, a JSON schema (which
-        then leaves no room for calls), or valid calls within free text (tool_choice auto); with
-        `think`, after the thinking model's reasoning, as Ollama constrains only what follows it;
-        where the model `talks` harmony, in a final message after its analysis."""
+        then leaves no room for calls), the request's own grammar, or valid calls within free text
+        (tool_choice auto); with `think`, after the thinking model's reasoning, as Ollama constrains
+        only what follows it; where the model `talks` harmony, in a final message after its analysis."""
         assert self._target is not None
+        if req.grammar is not None:
+            if req.json_schema is not None or tool_format is not None:
+                raise UserInputError(
+                    "a grammar holds the whole reply: send it without a JSON schema, and without tools "
+                    "(or with tool_choice none)",
+                    param="grammar",
+                )
+            return self._grammar().constraint(
+                self._own_grammar(req.grammar, think, talks, req.thinking_budget)
+            )
         if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
             grammar: str | None = json_schema_grammar(req.json_schema)
             if talks:
@@ -838,6 +854,19 @@ class Engine:
         else:
             grammar = None
         return self._grammar().constraint(grammar) if grammar is not None else None
+
+    def _own_grammar(self, lark: str, think: ThinkTokens | None, talks: bool, budget: int | None) -> str:
+        """A request's own grammar, after the reasoning a thinking model or gpt-oss writes first."""
+        if talks:
+            opening = harmony.message_opening("final", self._special)
+            outer = harmony.forced_reply(
+                f"{opening} answer", self._special, f"answer: {USER_GRAMMAR}\n", budget
+            )
+        elif think is not None:
+            outer = thinking_first(f"start: {USER_GRAMMAR}\n", think)
+        else:
+            return lark_grammar(lark, "grammar", "grammar")
+        return with_user_grammar(outer, lark)
 
     def _budget_alone(
         self, req: GenerationRequest, think: ThinkTokens | None, talks: bool

@@ -22,6 +22,7 @@ from localspec.server.refusals import NO_VISION
 from localspec.server.toolschemas import (
     OpenAIToolCall,
     OpenAIToolChoice,
+    OutputConstraints,
     ResponseFormat,
     Tool,
     ollama_format_schema,
@@ -174,7 +175,7 @@ class OpenAIMessage(_Body):
         return ChatMessage(role, text, calls, self.tool_call_id, self.name, reasoning)
 
 
-class _OpenAISampling(Penalties):
+class _OpenAISampling(Penalties, OutputConstraints):
     model: str = Field(..., min_length=1, description="The loaded target's name, or `localspec`.")
     max_tokens: int | None = Field(None, ge=-1, description="-1 (llama.cpp): until the context is full.")
     n_predict: int | None = Field(
@@ -515,6 +516,7 @@ def spec_params(options: SpeculativeOptions | None, default: SpecParams) -> Spec
 def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
     """A chat completion as an engine request; no max_tokens means until the context is full."""
     body.check_supported()
+    schema, grammar = body.constraint(body.response_format.output_schema() if body.response_format else None)
     return GenerationRequest(
         messages=tuple(m.to_message() for m in body.messages),
         max_tokens=body.limit(unlimited, unlimited, body.max_completion_tokens),
@@ -525,7 +527,8 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         tools=tool_specs(body.tools),
         tool_choice=tool_choice(body.tool_choice),
         parallel_tool_calls=body.parallel_tool_calls,
-        json_schema=body.response_format.output_schema() if body.response_format else None,
+        json_schema=schema,
+        grammar=grammar,
         logprobs=body.logprobs_asked(),
         prediction=body.prediction.text() if body.prediction else None,
         truncate=body.truncate,
@@ -538,6 +541,7 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
 def completion_requests(body: CompletionBody, spec: SpecParams, unlimited: int) -> list[GenerationRequest]:
     """One request per prompt (its `n` choices are made from it)."""
     body.check_supported()
+    schema, grammar = body.constraint()
     common = GenerationRequest(
         suffix=body.suffix,
         max_tokens=body.limit(OPENAI_COMPLETIONS_MAX_TOKENS, unlimited),
@@ -548,6 +552,8 @@ def completion_requests(body: CompletionBody, spec: SpecParams, unlimited: int) 
         logprobs=body.logprobs,
         prompt_logprobs=body.logprobs if body.echo else None,
         progress=body.stream and body.return_progress,
+        json_schema=schema,
+        grammar=grammar,
     )
     return [
         replace(common, prompt=p) if isinstance(p, str) else replace(common, prompt_ids=tuple(p))

@@ -22,6 +22,7 @@ from localspec.server.schemas import (
     spec_params,
     stop_strings,
 )
+from localspec.server.toolschemas import OutputConstraints
 from localspec.types import MAX_TOP_LOGPROBS, FileChunk, GenerationRequest, SamplingParams, SpecParams
 
 # llama-server's sampler names (and one-letter forms) that localspec applies; the rest are
@@ -44,7 +45,7 @@ class ExtraChunk(_Body):
     filename: str = "tmp"
 
 
-class LlamaServerBody(Penalties):
+class LlamaServerBody(Penalties, OutputConstraints):
     """What /infill and /completion share: llama-server's generation and sampling fields."""
 
     model: str | None = None
@@ -112,7 +113,10 @@ class LlamaServerBody(Penalties):
 
     def common(self, spec: SpecParams, unlimited: int) -> dict[str, Any]:
         """The GenerationRequest fields every llama-server body fills alike."""
+        schema, grammar = self.constraint()
         return {
+            "json_schema": schema,
+            "grammar": grammar,
             "max_tokens": unlimited if self.n_predict < 0 else self.n_predict,
             "time_limit_s": self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None,
             "min_indent": self.n_indent,

@@ -9,11 +9,12 @@ bad one is a 400 in the API's own shape.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from localspec.engine.constraint import json_schema_grammar
+from localspec.engine.constraint import choice_lark, gbnf_lark, json_schema_grammar, regex_lark
 from localspec.errors import UserInputError
 from localspec.types import NamedTool, ToolCall, ToolChoice, ToolSpec
 
@@ -102,6 +103,8 @@ def ollama_tool_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
 
 # --- structured output ------------------------------------------------------------------------
 
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
 
 class JsonSchemaFormat(_Body):
     name: str = "response"
@@ -110,21 +113,116 @@ class JsonSchemaFormat(_Body):
 
 
 class ResponseFormat(_Body):
-    """OpenAI's response_format: text, any JSON object, or JSON valid against a schema."""
+    """OpenAI's response_format: text, any JSON object, or JSON valid against a schema; llama-server
+    also reads a `schema` beside json_object."""
 
     type: Literal["text", "json_object", "json_schema"] = "text"
     json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
 
     def output_schema(self) -> dict[str, Any] | None:
         if self.type == "text":
             return None
         if self.type == "json_object":
-            return {"type": "object"}
+            return checked_schema(self.schema_, "response_format.schema") if self.schema_ else ANY_OBJECT
         if self.json_schema is None or self.json_schema.schema_ is None:
             raise UserInputError(
                 "response_format json_schema needs json_schema.schema", param="response_format"
             )
         return checked_schema(self.json_schema.schema_, "response_format")
+
+
+# What a field asks the reply to follow: its name, then a JSON schema or a Lark grammar.
+Asked = tuple[str, dict[str, Any] | None, str | None]
+
+
+class StructuredOutputs(_Body):
+    """vLLM's structured_outputs: one of these."""
+
+    json_: dict[str, Any] | str | None = Field(
+        None, alias="json", description="JSON valid against this schema."
+    )
+    json_object: bool | None = Field(None, description="Any JSON object.")
+    regex: str | None = Field(None, description="Text the whole reply matches.")
+    choice: list[str] | None = Field(None, description="One of these texts, exactly.")
+    grammar: str | None = Field(None, description="A GBNF (or Lark) grammar the reply follows.")
+
+    def asked(self) -> list[Asked]:
+        found = [
+            _json_asked("structured_outputs.json", self.json_),
+            ("structured_outputs.json_object", ANY_OBJECT, None) if self.json_object else None,
+            _grammar_asked("structured_outputs.regex", self.regex, regex_lark),
+            _choice_asked("structured_outputs.choice", self.choice),
+            _grammar_asked("structured_outputs.grammar", self.grammar, gbnf_lark),
+        ]
+        return [a for a in found if a is not None]
+
+
+class OutputConstraints(_Body):
+    """The other ways clients hold a reply to a form: llama-server's `grammar` and `json_schema`
+    (its own clients and docs), vLLM's guided_* fields and structured_outputs (sent through the
+    openai package's extra_body). Each one, where given, is enforced as response_format is."""
+
+    grammar: str | None = Field(
+        None, description="llama.cpp extension: a GBNF grammar the reply follows (Lark is read too)."
+    )
+    json_schema: dict[str, Any] | None = Field(
+        None, description="llama.cpp extension: JSON valid against this schema; {} is any JSON object."
+    )
+    guided_json: dict[str, Any] | str | None = Field(
+        None, description="vLLM: JSON valid against this schema."
+    )
+    guided_regex: str | None = Field(None, description="vLLM: text the whole reply matches.")
+    guided_choice: list[str] | None = Field(None, description="vLLM: one of these texts, exactly.")
+    guided_grammar: str | None = Field(None, description="vLLM: a GBNF grammar the reply follows.")
+    structured_outputs: StructuredOutputs | None = Field(
+        None, description="vLLM: one of json, json_object, regex, choice, grammar."
+    )
+
+    def constraint(
+        self, schema: dict[str, Any] | None = None, schema_param: str = "response_format"
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The reply's JSON schema or grammar (GenerationRequest.json_schema, .grammar): at most one
+        of these fields, and of `schema` (response_format's) beside them; each checked."""
+        found: list[Asked | None] = [
+            (schema_param, schema, None) if schema is not None else None,
+            # llama-server: an empty schema is any object.
+            _json_asked("json_schema", ANY_OBJECT if self.json_schema == {} else self.json_schema),
+            _grammar_asked("grammar", self.grammar, gbnf_lark),
+            _json_asked("guided_json", self.guided_json),
+            _grammar_asked("guided_regex", self.guided_regex, regex_lark),
+            _choice_asked("guided_choice", self.guided_choice),
+            _grammar_asked("guided_grammar", self.guided_grammar, gbnf_lark),
+            *(self.structured_outputs.asked() if self.structured_outputs else ()),
+        ]
+        asked = [a for a in found if a is not None]
+        if len(asked) > 1:
+            first, second = asked[0][0], asked[1][0]
+            raise UserInputError(
+                f"{first} and {second} both hold the reply to a form; send one", param=second
+            )
+        return (asked[0][1], asked[0][2]) if asked else (None, None)
+
+
+def _json_asked(param: str, schema: dict[str, Any] | str | None) -> Asked | None:
+    if schema is None:
+        return None
+    if isinstance(schema, str):  # vLLM takes the schema as JSON text too
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            raise UserInputError(f"{param}: not a JSON schema (nor JSON text of one)", param=param) from None
+        if not isinstance(schema, dict):
+            raise UserInputError(f"{param}: a JSON schema is an object", param=param)
+    return param, checked_schema(schema, param), None
+
+
+def _grammar_asked(param: str, text: str | None, convert: Callable[[str, str], str]) -> Asked | None:
+    return (param, None, convert(text, param)) if text else None
+
+
+def _choice_asked(param: str, choices: list[str] | None) -> Asked | None:
+    return (param, None, choice_lark(choices, param)) if choices is not None else None
 
 
 def ollama_format_schema(fmt: str | dict[str, Any] | None) -> dict[str, Any] | None:
