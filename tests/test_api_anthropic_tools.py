@@ -214,3 +214,28 @@ def test_tool_errors_are_clear_anthropic_400s(daemon: Daemon, extra: dict[str, A
     error = response.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert words in error["error"]["message"]
+
+
+def test_structured_outputs_hold_the_reply_to_the_schema(client: anthropic.Anthropic, daemon: Daemon) -> None:
+    """Anthropic's structured outputs, as the SDK sends them (output_config.format), and the beta's
+    output_format; sampled (temperature 1, Anthropic's default), so the grammar holds the reply."""
+    fmt: Any = {"type": "json_schema", "schema": CITY}
+    for _ in range(2):
+        out = client.messages.create(
+            model="claude-sonnet-5-5",
+            max_tokens=80,
+            messages=ASK,
+            output_config={"format": fmt},
+        )
+        block = out.content[0]
+        assert out.stop_reason == "end_turn" and block.type == "text"
+        jsonschema_rs.validator_for(CITY).validate(json.loads(block.text))
+    body = {"model": "claude-x", "max_tokens": 80, "messages": ASK, "output_format": fmt}
+    with daemon.http() as http:
+        beta = http.post("/v1/messages", json=body).json()
+        jsonschema_rs.validator_for(CITY).validate(json.loads(beta["content"][0]["text"]))
+        bad = http.post(
+            "/v1/messages",
+            json={**body, "output_format": {"type": "json_schema", "schema": {"type": "strin"}}},
+        )
+    assert bad.status_code == 400 and "output_format" in bad.json()["error"]["message"]

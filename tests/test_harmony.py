@@ -383,11 +383,20 @@ def test_anthropic_messages_carry_a_thinking_block(daemon: Daemon) -> None:
             messages=CHAT,
             extra_body={"temperature": 0},
         )
+        # output_config.effort reaches the template as its reasoning_effort ("max" as "high").
+        default = client.messages.count_tokens(model="gpt-oss-tiny", messages=CHAT).input_tokens
+        counted = [default] + [
+            client.messages.count_tokens(
+                model="gpt-oss-tiny", messages=CHAT, output_config={"effort": effort}
+            ).input_tokens
+            for effort in ("max", "high")
+        ]
     kinds = [
         (block.type, getattr(block, "thinking", None) or getattr(block, "text", None))
         for block in reply.content
     ]
     assert kinds == [("thinking", REASONING), ("text", ANSWER)]
+    assert counted[0] < counted[1] == counted[2]
 
 
 def test_openai_is_what_llama_server_sends(daemon: Daemon) -> None:

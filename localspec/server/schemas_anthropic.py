@@ -20,7 +20,7 @@ from pydantic import Field
 from localspec.errors import UserInputError
 from localspec.server.refusals import NO_VISION
 from localspec.server.schemas import MAX_STOP, SpeculativeOptions, _Body, spec_params, stop_strings
-from localspec.server.toolschemas import MAX_TOOLS, NAME_PATTERN
+from localspec.server.toolschemas import MAX_TOOLS, NAME_PATTERN, checked_schema
 from localspec.types import (
     ChatMessage,
     GenerationRequest,
@@ -154,6 +154,20 @@ def _turns(messages: list[AnthropicMessage]) -> tuple[ChatMessage, ...]:
     return tuple(out)
 
 
+class OutputFormat(_Body):
+    """Anthropic's structured outputs: the reply is JSON valid against `schema`."""
+
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(..., alias="schema")
+
+
+class OutputConfig(_Body):
+    format: OutputFormat | None = None
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = Field(
+        None, description="Reaches the chat template as reasoning_effort (gpt-oss's): xhigh and max as high."
+    )
+
+
 class _AnthropicBase(_Body):
     model: str = Field(..., min_length=1)
     messages: list[AnthropicMessage] = Field(..., min_length=1)
@@ -167,10 +181,30 @@ class _AnthropicBase(_Body):
     )
     # Claude Code sends it; there is nothing to bill.
     metadata: dict[str, Any] | None = Field(None, description="Accepted and ignored.")
+    output_config: OutputConfig | None = Field(None, description="format: the reply as JSON of a schema.")
+    output_format: OutputFormat | None = Field(None, description="output_config.format's name in the beta.")
 
     def template_kwargs(self) -> dict[str, Any]:
         kind = (self.thinking or {}).get("type")
-        return {"enable_thinking": kind == "enabled"} if kind in ("enabled", "disabled") else {}
+        kwargs = {"enable_thinking": kind == "enabled"} if kind in ("enabled", "disabled") else {}
+        effort = self.output_config.effort if self.output_config else None
+        if effort is not None:
+            kwargs["reasoning_effort"] = effort if effort in ("low", "medium", "high") else "high"
+        return kwargs
+
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the reply follows (structured outputs), checked; None: free text."""
+        given = self.output_config.format if self.output_config else None
+        if given is not None and self.output_format is not None:
+            raise UserInputError(
+                "output_config.format and output_format both give the reply's form; send one",
+                param="output_format",
+            )
+        if given is not None:
+            return checked_schema(given.schema_, "output_config.format")
+        if self.output_format is not None:
+            return checked_schema(self.output_format.schema_, "output_format")
+        return None
 
     def thinking_budget(self) -> int | None:
         """budget_tokens where thinking is enabled: the reasoning's bound (engine.reasoning)."""
@@ -233,5 +267,6 @@ def messages_request(body: MessagesBody, spec: SpecParams) -> GenerationRequest:
         speculative=spec_params(body.speculative, spec),
         template_kwargs=body.template_kwargs(),
         thinking_budget=body.thinking_budget(),
+        json_schema=body.output_schema(),
         **body.tool_fields(),
     )
