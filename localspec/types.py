@@ -164,6 +164,10 @@ class GenerationRequest:
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True
+    # Generate past the end-of-generation tokens, to max_tokens (llama-server's and vLLM's
+    # ignore_eos, what benchmarks of a fixed length ask for): each is banned as a logit_bias of
+    # -inf bans a token. Not with a schema, a grammar or tools, which end where they are complete.
+    ignore_eos: bool = False
     # Structured output: the text must be JSON valid against this schema ({} any JSON value,
     # {"type": "object"} any object). Enforced at every token, speculation included.
     json_schema: Mapping[str, Any] | None = field(default=None, hash=False)

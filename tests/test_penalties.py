@@ -19,9 +19,9 @@ from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import adjusted, distribution, sample_at
 from localspec.engine.worker import Engine
 from localspec.errors import UserInputError
-from localspec.server.schemas import ChatCompletionBody, OllamaChatBody, parse_body
-from localspec.server.schemas_llamaserver import LlamaServerBody
-from localspec.types import SamplingParams
+from localspec.server.schemas import ChatCompletionBody, OllamaChatBody, chat_request, parse_body
+from localspec.server.schemas_llamaserver import LlamaServerBody, NativeCompletionBody, completion_request
+from localspec.types import SamplingParams, SpecParams
 
 # Strong enough to move a tiny model's greedy choices; one set per penalty, and all three at once.
 PENALTIES = [
@@ -189,3 +189,25 @@ def test_the_bodies_carry_the_logit_bias() -> None:
             )
             parse_body(raw, ChatCompletionBody).sampling()
         assert caught.value.param == "logit_bias"
+
+
+def test_ignore_eos_goes_on_past_the_end_for_every_method(perfect: Engine) -> None:
+    """llama-server's and vLLM's ignore_eos: every end-of-generation token banned, so the reply runs
+    to max_tokens; up to where it ended it is the reply as it was, and every method writes it."""
+    prompt = "for i in range(10):"  # the tiny target ends this one after 43 tokens
+    ended = run(perfect, prompt, "none", max_tokens=64)
+    past = run(perfect, prompt, "none", max_tokens=64, ignore_eos=True)
+    assert ended.finish_reason == "stop" and len(ended.token_ids) < 64
+    assert past.finish_reason == "length" and len(past.token_ids) == 64
+    assert past.token_ids[: len(ended.token_ids)] == ended.token_ids
+    for method in ("draft", "ngram", "layerskip", "auto"):
+        assert run(perfect, prompt, method, 4, max_tokens=64, ignore_eos=True).token_ids == past.token_ids
+    with pytest.raises(UserInputError, match="ignore_eos cannot go with a JSON schema"):
+        run(perfect, prompt, "none", max_tokens=4, ignore_eos=True, json_schema={"type": "object"})
+
+
+def test_the_bodies_carry_ignore_eos() -> None:
+    chat = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "ignore_eos": true}'
+    assert chat_request(parse_body(chat, ChatCompletionBody), SpecParams(), 100).ignore_eos
+    server = NativeCompletionBody.model_validate({"prompt": "x", "ignore_eos": True})
+    assert completion_request(server, SpecParams(), 100).ignore_eos

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import queue
 import tempfile
 import threading
@@ -73,6 +74,7 @@ from localspec.types import (
     GenerationRequest,
     GenerationResult,
     PromptProgress,
+    SamplingParams,
     TokenChunk,
     TokenLogprob,
 )
@@ -668,6 +670,13 @@ class Engine:
         inside = self._thinking(source, tokens)
         think = self._think_tokens(req, inside)
         constraint = self._constraint(req, tool_format, think, talks)
+        params = self._eos_banned(req.sampling) if req.ignore_eos else req.sampling
+        if req.ignore_eos and constraint is not None:
+            raise UserInputError(
+                "ignore_eos cannot go with a JSON schema, a grammar or tools: they end the reply "
+                "where it is complete",
+                param="ignore_eos",
+            )
         json_reply = constraint is not None
         if constraint is None:
             constraint = self._budget_alone(req, think, talks and tool_format is None)
@@ -690,7 +699,7 @@ class Engine:
             self._target,
             tokens,
             max_tokens=req.max_tokens,
-            params=req.sampling,
+            params=params,
             stop=req.stop,
             policy=policy,
             method=method,
@@ -854,6 +863,12 @@ class Engine:
         else:
             grammar = None
         return self._grammar().constraint(grammar) if grammar is not None else None
+
+    def _eos_banned(self, params: SamplingParams) -> SamplingParams:
+        """`params` with every end-of-generation token banned (ignore_eos), as llama-server bans them."""
+        assert self._target is not None
+        banned = tuple((token, -math.inf) for token in self._target.eog_tokens())
+        return replace(params, logit_bias=params.logit_bias + banned)
 
     def _own_grammar(self, lark: str, think: ThinkTokens | None, talks: bool, budget: int | None) -> str:
         """A request's own grammar, after the reasoning a thinking model or gpt-oss writes first."""

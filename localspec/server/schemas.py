@@ -202,6 +202,9 @@ class _OpenAISampling(Penalties, OutputConstraints):
         description="llama.cpp extension: with stream, chunks with nothing generated and a "
         "prompt_progress (total, cache, processed, time_ms) as the prompt is read, before the first token.",
     )
+    ignore_eos: bool = Field(
+        False, description="vLLM and llama.cpp extension: generate past the end of the reply, to max_tokens."
+    )
 
     def sampling(self) -> SamplingParams:
         seed = self.seed if self.seed is not None and self.seed >= 0 else None
@@ -529,6 +532,7 @@ def chat_request(body: ChatCompletionBody, spec: SpecParams, unlimited: int) -> 
         parallel_tool_calls=body.parallel_tool_calls,
         json_schema=schema,
         grammar=grammar,
+        ignore_eos=body.ignore_eos,
         logprobs=body.logprobs_asked(),
         prediction=body.prediction.text() if body.prediction else None,
         truncate=body.truncate,
@@ -554,6 +558,7 @@ def completion_requests(body: CompletionBody, spec: SpecParams, unlimited: int) 
         progress=body.stream and body.return_progress,
         json_schema=schema,
         grammar=grammar,
+        ignore_eos=body.ignore_eos,
     )
     return [
         replace(common, prompt=p) if isinstance(p, str) else replace(common, prompt_ids=tuple(p))

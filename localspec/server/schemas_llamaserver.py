@@ -75,6 +75,7 @@ class LlamaServerBody(Penalties, OutputConstraints):
     )
     post_sampling_probs: bool = Field(False, description="Only false: the model's own log-probabilities.")
     logit_bias: LogitBias | None = Field(None, description="[[token id, bias or false]] or {id: bias}.")
+    ignore_eos: bool = Field(False, description="Generate past the end of the reply, to n_predict.")
 
     @model_validator(mode="after")
     def _one_completion(self) -> LlamaServerBody:
@@ -117,6 +118,7 @@ class LlamaServerBody(Penalties, OutputConstraints):
         return {
             "json_schema": schema,
             "grammar": grammar,
+            "ignore_eos": self.ignore_eos,
             "max_tokens": unlimited if self.n_predict < 0 else self.n_predict,
             "time_limit_s": self.t_max_predict_ms / 1000 if self.t_max_predict_ms > 0 else None,
             "min_indent": self.n_indent,
