@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import ollama
 import openai
@@ -63,3 +64,33 @@ def test_images_are_refused_naming_the_missing_projector(oai: openai.OpenAI, oll
     with pytest.raises(ollama.ResponseError) as generate:
         oll.generate(model="tiny-target", prompt="what is this", images=[PIXEL])
     assert generate.value.status_code == 400 and "no vision projector" in generate.value.error
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "says"),
+    [
+        (
+            {"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}},
+            "audio",
+            "text only",
+        ),
+        ({"modalities": ["audio"]}, "modalities", "text only"),
+        ({"web_search_options": {}}, "web_search_options", "hosted tool"),
+    ],
+)
+def test_audio_and_web_search_are_refused_not_ignored(
+    oai: openai.OpenAI, extra: dict[str, Any], param: str, says: str
+) -> None:
+    """A client asking for a spoken reply or a searched one would take a plain reply for it."""
+    with pytest.raises(openai.BadRequestError) as err:
+        oai.chat.completions.create(
+            model="tiny-target", messages=[{"role": "user", "content": "hi"}], max_tokens=2, extra_body=extra
+        )
+    assert err.value.param == param and says in err.value.message
+    plain = oai.chat.completions.create(
+        model="tiny-target",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=2,
+        extra_body={"modalities": ["text"]},
+    )
+    assert plain.choices[0].finish_reason in ("stop", "length")

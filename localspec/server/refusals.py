@@ -3,3 +3,5 @@
 from __future__ import annotations
 
 NO_VISION = "this model has no vision projector; send text content only"
+NO_AUDIO = "this daemon answers in text only (no audio model); ask for text"
+NO_WEB_SEARCH = "web search is a hosted tool this daemon does not have; send the pages in the prompt"

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from localspec.errors import UserInputError
-from localspec.server.refusals import NO_VISION
+from localspec.server.refusals import NO_AUDIO, NO_VISION, NO_WEB_SEARCH
 from localspec.server.toolschemas import (
     OpenAIToolCall,
     OpenAIToolChoice,
@@ -243,6 +243,10 @@ class ChatCompletionBody(_OpenAISampling):
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     functions: list[dict[str, Any]] | None = Field(None, description="Deprecated by OpenAI; use tools.")
+    # Refused by name rather than ignored: a client that asked for them would take a plain reply for theirs.
+    modalities: list[str] | None = Field(None, description='Only ["text"].')
+    audio: dict[str, Any] | None = Field(None, description="Not supported: this daemon answers in text.")
+    web_search_options: dict[str, Any] | None = Field(None, description="Not supported: no hosted tools.")
     prediction: Prediction | None = Field(
         None, description="Text the reply mostly repeats (a file rewritten): drafted from, never forced."
     )
@@ -281,6 +285,11 @@ class ChatCompletionBody(_OpenAISampling):
 
     def check_supported(self) -> None:
         super().check_supported()
+        if self.audio is not None or any(m != "text" for m in self.modalities or ()):
+            param = "audio" if self.audio is not None else "modalities"
+            raise UserInputError(f"{param}: {NO_AUDIO}", param=param)
+        if self.web_search_options is not None:
+            raise UserInputError(f"web_search_options: {NO_WEB_SEARCH}", param="web_search_options")
         if self.top_logprobs and not self.logprobs:
             raise UserInputError("top_logprobs needs logprobs: true", param="top_logprobs")
         if self.functions:
