@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from localspec.types import ChatMessage
 from tui.app import ChatApp, make_app
 from tui.chats import Chat, ChatStore
 from tui.connection import SessionDaemon
+from tui.reply import TAKE_MIN_S, Reply
 from tui.screens.chat_picker import ChatPickerScreen
 from tui.screens.help import HelpScreen
 from tui.screens.models import ModelsScreen
@@ -116,6 +118,40 @@ async def test_type_send_and_see_the_streamed_reply_and_stats(
         assert "TTFT" in text and "draft k=4" in text and "accept 100%" in text, text
     saved = store.load(app.chat.id)
     assert saved.messages == app.chat.messages
+
+
+async def test_a_long_reply_is_drawn_in_spaced_takes(
+    localspec_home: Path, tiny_endless: Path, store: ChatStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view takes what has arrived at most every TAKE_MIN_S (longer where drawing costs more),
+    not each of the daemon's chunks: on 2 cores the chat's drawing was taken from the engine."""
+    taken: list[tuple[float, int]] = []
+    take = Reply.take
+
+    async def timed(reply: Reply) -> None:
+        before = len(reply.parts)
+        await take(reply)
+        if len(reply.parts) > before:
+            taken.append((time.monotonic(), len(reply.parts) - before))
+
+    monkeypatch.setattr(Reply, "take", timed)
+    daemon = start_daemon(localspec_home / "endless", tiny_endless, ctx=LONG_CTX)
+    client = daemon.client()
+    app = make_app(load_settings(method="none"), client, store=store, max_tokens=LONG_CTX)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot, app)
+            await type_and_send(pilot, LONG_CHAT[0]["content"])
+            await wait_until(pilot, lambda: len(taken) >= 6)
+            await pilot.press("escape")
+            assert replies(app)[-1].source == app.chat.messages[-1].content  # all that arrived, drawn
+    finally:
+        client.close()
+        assert daemon.stop() == 0, daemon.log()
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(taken)]
+    assert sum(n for _, n in taken) > 2 * len(taken)  # each take gathered several chunks
+    # Each waited at least TAKE_MIN_S after the one before (the last comes with Esc).
+    assert all(gap >= TAKE_MIN_S - 0.01 for gap in gaps[:-1]), gaps
 
 
 async def test_ctrl_j_adds_a_line_and_enter_sends_both(new_app: Callable[..., ChatApp]) -> None:

@@ -14,6 +14,7 @@ from localspec.client import Health
 from localspec.types import ChatMessage, GenerationStats, PromptProgress
 from tui.chats import Chat, ChatNotFoundError, ChatStore
 from tui.live_stats import BUCKET_S, LiveStats
+from tui.reply import TAKE_MAX_S, TAKE_MIN_S, UI_SHARE, take_interval
 from tui.widgets.stats_bar import StatsBar, format_bytes, models_line, speed_line
 
 TUI = Path(__file__).resolve().parent.parent / "tui"
@@ -59,6 +60,12 @@ def test_live_stats_rates_ttft_and_series() -> None:
     assert sum(live.series()) * BUCKET_S == 40
     live.finish(GenerationStats(tokens=40, ttft_s=0.4, tokens_per_second=42.0))
     assert live.ttft_s == 0.4 and live.tokens_per_second_avg() == 42.0
+
+
+def test_a_take_waits_for_what_the_last_cost_over_the_apps_share_of_a_core() -> None:
+    assert take_interval(0.0) == TAKE_MIN_S  # cheap drawing: ten takes a second
+    assert take_interval(UI_SHARE * 0.4) == pytest.approx(0.4)  # 20 ms of CPU: one take in 0.4 s
+    assert take_interval(5.0) == TAKE_MAX_S  # never less than a take a second
 
 
 def test_speed_and_models_lines() -> None:

@@ -238,8 +238,14 @@ class ChatApp(App[None]):
         read_stream(events, reply.id, reply.buffer, self.post_message, lambda: worker.is_cancelled)
 
     async def on_reply_chunks(self, message: ReplyChunks) -> None:
-        if self.reply is not None and self.reply.id == message.reply_id:
-            await self.reply.take()
+        reply = self.reply
+        if reply is None or reply.id != message.reply_id:
+            return
+        wait = reply.next_take - time.monotonic()
+        if wait > 0:  # the chunks wait in the buffer; it tells no one again until they are taken
+            self.set_timer(wait, reply.take)
+        else:
+            await reply.take()
 
     async def on_reply_done(self, message: ReplyDone) -> None:
         if self.reply is not None and self.reply.id == message.reply_id:

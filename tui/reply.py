@@ -92,6 +92,22 @@ class DraftOutput:
         pass
 
 
+# How often the view takes what has arrived while a reply streams. Each take re-renders the reply
+# and lays the chat out again (20-45 ms of CPU for a long code block), and on a 2-core machine that
+# CPU is taken from the engine's threads: taking each of the daemon's 25 chunks a second, the chat
+# used half a core and decoded at 14 tok/s where a plain client read 24 from the same daemon; every
+# 0.25 s, 19 tok/s. So the wait after a take is what the app's last interval cost in CPU over
+# UI_SHARE (a twentieth of a core): a tenth of a second while renders are cheap, up to a second when
+# dear; the chat then decoded level with the plain client (docs/benchmarks.md, session 50).
+UI_SHARE = 0.05
+TAKE_MIN_S, TAKE_MAX_S = 0.1, 1.0
+
+
+def take_interval(cpu_s: float) -> float:
+    """How long chunks wait after a take, given the CPU this app used since the one before."""
+    return min(TAKE_MAX_S, max(TAKE_MIN_S, cpu_s / UI_SHARE))
+
+
 @dataclass
 class Reply:
     """The reply being streamed."""
@@ -103,6 +119,8 @@ class Reply:
     abort: StreamAbort = field(default_factory=StreamAbort)
     parts: list[str] = field(default_factory=list)
     thoughts: list[str] = field(default_factory=list)  # a thinking model's reasoning
+    next_take: float = 0.0  # monotonic time before which chunks wait (take_interval); the first goes at once
+    cpu_at: float = field(default_factory=time.process_time)  # this process's CPU time at the last take
 
     @property
     def view(self) -> Turn:
@@ -121,6 +139,9 @@ class Reply:
         items = self.buffer.take()
         if not items:
             return
+        cpu = time.process_time()
+        self.next_take = time.monotonic() + take_interval(cpu - self.cpu_at)
+        self.cpu_at = cpu
         for chunk, at in items:
             self.live.add(len(chunk.token_ids), chunk.from_draft, at)
             if chunk.progress is not None:

@@ -113,6 +113,17 @@ class StatsBar(Vertical):
             spark = self.query_one("#stats-spark", Sparkline)
         except NoMatches:  # a timer's tick landing while the app shuts down, some of its lines removed
             return
-        speed.update(self.speed_text)
-        models.update(models_line(health, model))
-        spark.data = live.series() if live is not None else []
+        # Lines of a fixed size (app.tcss): no layout, and no repaint when nothing changed. This
+        # runs 4 times a second while a reply streams, and a layout of the whole chat costs the
+        # engine's cores (tui/reply.py, take_interval).
+        _set(speed, self.speed_text)
+        _set(models, models_line(health, model))
+        series = live.series() if live is not None else []
+        if series != spark.data:
+            spark.data = series
+
+
+def _set(line: Static, text: str) -> None:
+    """`text` on a one-line Static of a fixed width: repainted only where it changed, never laid out."""
+    if str(line.content) != text:
+        line.update(text, layout=False)
