@@ -165,13 +165,15 @@ def test_no_request_kills_the_daemon(daemon: Daemon) -> None:
         assert http.get("/health").json()["status"] == "ready"
 
 
-def test_sigterm_mid_stream_exits_0_and_cleans_up(tmp_path: Path, tiny_target: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_sigterm_mid_stream_exits_0_and_cleans_up(tmp_path: Path, tiny_target: Path, sig: int) -> None:
+    """SIGTERM (`localspec stop`, a service manager) and SIGHUP (its terminal closed) alike."""
     d = start_daemon(tmp_path / "home", tiny_target, ctx=8192)
     with d.http() as http, http.stream("POST", "/v1/chat/completions", json=_long_body()) as response:
         lines = response.iter_lines()
         next(lines)
         start = time.monotonic()
-        d.proc.send_signal(signal.SIGTERM)
+        d.proc.send_signal(sig)
         rest = list(lines)  # the stream ends: the generation was cancelled
     assert d.proc.wait(30) == 0, d.log()
     assert time.monotonic() - start < 15

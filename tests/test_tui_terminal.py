@@ -26,6 +26,13 @@ pytestmark = pytest.mark.timeout(120)
 COLUMNS, LINES = 80, 24
 
 
+def _own_terminal() -> None:
+    """In the child: a session of its own whose controlling terminal is the pty, as a shell in a
+    terminal window has (so closing the window hangs it up)."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 class Terminal:
     """A process on a pty of COLUMNS x LINES, and the screen as a terminal would show it."""
 
@@ -33,7 +40,7 @@ class Terminal:
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", LINES, COLUMNS, 0, 0))
         self.proc = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, close_fds=True
+            argv, stdin=slave, stdout=slave, stderr=slave, env=env, preexec_fn=_own_terminal, close_fds=True
         )
         os.close(slave)
         self.screen = pyte.Screen(COLUMNS, LINES)
@@ -70,11 +77,17 @@ class Terminal:
     def send(self, data: str) -> None:
         os.write(self.master, data.encode())
 
+    def hang_up(self) -> None:
+        """Close the terminal, as closing its window does: the kernel sends SIGHUP."""
+        os.close(self.master)
+        self.master = -1
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-        os.close(self.master)
+        if self.master >= 0:
+            os.close(self.master)
 
 
 def chat_terminal(home: Path, *args: str) -> Terminal:
@@ -118,6 +131,24 @@ def test_chat_starts_a_daemon_sends_a_message_and_shows_the_reply(
     assert not list((localspec_home / "run").glob("chat-*.sock"))
     chats = list((localspec_home / "state" / "chats").glob("*.json"))
     assert len(chats) == 1 and "hello world" in chats[0].read_text()
+
+
+def test_closing_the_terminal_stops_the_chat_and_its_daemon_cleanly(
+    terminal: Terminal, localspec_home: Path
+) -> None:
+    """The daemon the chat started shares its terminal, so it gets the hang-up too: it stops as
+    cleanly as on SIGTERM, its socket and pidfile gone (they were left behind)."""
+    terminal.wait_for(lambda s: "target tiny-target" in s)
+    run = localspec_home / "run"
+    (pid_file,) = run.glob("chat-*.pid")
+    daemon = int(pid_file.read_text())
+    terminal.hang_up()
+    terminal.proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{daemon}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{daemon}").exists()
+    assert not list(run.glob("chat-*.sock")) and not list(run.glob("chat-*.pid"))
 
 
 def test_chat_uses_the_running_daemon_and_leaves_it_running(localspec_home: Path, tiny_target: Path) -> None:

@@ -80,8 +80,8 @@ def serve_command(
 ) -> None:
     """Run the daemon in the foreground: OpenAI- and Ollama-compatible APIs on a unix socket.
 
-    Logs go to stderr. SIGTERM or Ctrl-C stops it cleanly. Unset options come from
-    LOCALSPEC_* variables and config.toml; without --target, the catalog's default model.
+    Logs go to stderr. SIGTERM, Ctrl-C or closing its terminal stops it cleanly. Unset options
+    come from LOCALSPEC_* variables and config.toml; without --target, the catalog's default model.
     """
     from localspec.server.daemon import daemon_config, run
     from localspec.settings import load_settings

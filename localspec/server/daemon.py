@@ -207,6 +207,21 @@ class _Server(uvicorn.Server):
         self.localspec.cancel_all()
         super().handle_exit(sig, frame)
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn stops on SIGINT and SIGTERM; a closed terminal sends SIGHUP (to a daemon a chat
+        # started in it too, before the chat's own watch can stop it), whose default action would
+        # leave the socket and the pidfile behind. It stops the daemon as cleanly as the others.
+        with super().capture_signals():
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = signal.signal(signal.SIGHUP, self.handle_exit)
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGHUP, previous)
+
 
 def _progress_logger() -> ProgressFn:
     last: dict[str, int] = {}
@@ -237,7 +252,7 @@ def _watch_loading(default: Resident, server: _Server, where: str) -> None:
 def _quiet_signals() -> Iterator[None]:
     # uvicorn re-raises the signal that stopped it once it has shut down; land it here, so the
     # process cleans up and exits 0 instead of dying by the signal's default action.
-    handled = (signal.SIGINT, signal.SIGTERM)
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in handled}
     try:
         yield
