@@ -269,6 +269,19 @@ def test_ollama_errors_have_ollama_shape(uds_ollama: ollama.Client, daemon: Daem
     assert isinstance(response.json()["error"], str)
 
 
+def test_a_prompt_template_of_the_requests_own_is_refused_unless_raw(uds_ollama: ollama.Client) -> None:
+    """Ollama's `template` replaces the model's: refused by name, not ignored (the reply would
+    follow another format than the one asked for); with raw it does not apply, as in Ollama."""
+    template = "<|user|>{{ .Prompt }}<|assistant|>"
+    with pytest.raises(ollama.ResponseError) as info:
+        uds_ollama.generate(model="tiny-fim", prompt="hello", template=template)
+    assert info.value.status_code == 400 and "template" in info.value.error and "raw" in info.value.error
+    raw = uds_ollama.generate(
+        model="tiny-fim", prompt="hello", template=template, raw=True, options={"num_predict": 2}
+    )
+    assert raw.done
+
+
 def test_model_tag_latest_is_accepted(uds_ollama: ollama.Client) -> None:
     out = uds_ollama.generate(model="tiny-fim:latest", prompt="hi", options={**GREEDY, "num_predict": 2})
     assert out.model == "tiny-fim"

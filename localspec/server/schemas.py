@@ -448,6 +448,9 @@ class OllamaGenerateBody(_OllamaBody):
     suffix: str | None = None
     system: str | None = None
     raw: bool = False
+    template: str | None = Field(
+        None, description="Not supported (a Go template): raw takes a formatted prompt."
+    )
     images: list[str] | None = None
     context: list[StrictInt] | None = Field(
         None, description="An earlier reply's `context`: that exchange's tokens, read before this prompt."
@@ -462,6 +465,12 @@ class OllamaGenerateBody(_OllamaBody):
         super().check_supported()
         if self.images:
             raise UserInputError(f"images: {NO_VISION}", param="images")
+        if self.template and not self.raw:  # refused, not ignored: the reply would follow another format
+            raise UserInputError(
+                "template: a prompt template of the request's own is not supported; the model's chat "
+                "template is applied, or send raw: true with the prompt already formatted",
+                param="template",
+            )
         if self.context and self.raw:  # Ollama reads it only when it applies the template, too
             raise UserInputError(
                 "context is not read with raw: true (a raw reply returns none); send the whole "
