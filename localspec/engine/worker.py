@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import queue
 import tempfile
 import threading
@@ -22,22 +21,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from localspec.engine import harmony, heap, interleave
+from localspec.engine import heap, interleave
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig
-from localspec.engine.constraint import (
-    HARMONY_JSON_OPTIONS,
-    USER_GRAMMAR,
-    Constraint,
-    GrammarTokenizer,
-    json_schema_grammar,
-    json_schema_lark,
-    lark_grammar,
-    with_user_grammar,
-)
 from localspec.engine.drafters.base import Drafter, common_prefix
 from localspec.engine.drafters.model import ModelDrafter
 from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
-from localspec.engine.harmony import HarmonySplit
 from localspec.engine.interleave import Turns, is_short, take_first, waiting
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.prefill import attach_plain_prefill
@@ -53,28 +41,16 @@ from localspec.engine.prompting import (
     prompt_tokens,
     rendered_chat,
 )
-from localspec.engine.reasoning import (
-    CLOSE,
-    FREE_ANSWER,
-    OPEN,
-    ReasoningSplit,
-    StreamSplit,
-    ThinkTokens,
-    opens_inside,
-    thinking_first,
-    thinks,
-)
+from localspec.engine.shaping import Shaping
 from localspec.engine.speculative import FixedPolicy, Generation, Policy
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
-from localspec.engine.toolcalls import ToolFormat
-from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, request_tool_format, single_token
-from localspec.errors import LocalspecError, OverloadedError, StorageError, UserInputError
+from localspec.engine.tooluse import ToolCallFilter, request_tool_format
+from localspec.errors import LocalspecError, OverloadedError, StorageError
 from localspec.types import (
     DEFAULT_K,
     GenerationRequest,
     GenerationResult,
     PromptProgress,
-    SamplingParams,
     TokenChunk,
     TokenLogprob,
 )
@@ -297,7 +273,7 @@ class Engine:
         self._scored: tuple[tuple[int, ...], int, tuple[TokenLogprob, ...]] | None = None
         self._drafters: dict[str, Drafter] = {}
         self._auto_costs: OnlineCosts | None = None
-        self._grammar_tokenizer: GrammarTokenizer | None = None  # built at the first constrained request
+        self._shaping: Shaping | None = None  # what holds and reads a reply, once the target is loaded
         self._ends: frozenset[int] = frozenset()  # the target's end-of-generation tokens (at load)
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
@@ -456,6 +432,7 @@ class Engine:
             log.info("%s: %s", cfg.target.name, prefill)
         self.info.plain_prefill = self._target.plain_prefill
         self._template = chat_template(self._target)
+        self._shaping = Shaping(self._target, self._template)
         self._ends = frozenset(self._target.eog_tokens())
         self.renderer.start()
         self.info.gpu_offload = gpu_offload_supported()
@@ -665,22 +642,9 @@ class Engine:
         whole = len(tokens)
         if req.truncate and req.suffix is None and req.prompt_logprobs is None:
             tokens = cut_to_context(tokens, self._target.n_ctx)
-        source = self._chat_source(req)
-        talks = harmony.harmony(source)
-        inside = self._thinking(source, tokens)
-        think = self._think_tokens(req, inside)
-        constraint = self._constraint(req, tool_format, think, talks)
-        params = self._eos_banned(req.sampling) if req.ignore_eos else req.sampling
-        if req.ignore_eos and constraint is not None:
-            raise UserInputError(
-                "ignore_eos cannot go with a JSON schema, a grammar or tools: they end the reply "
-                "where it is complete",
-                param="ignore_eos",
-            )
-        json_reply = constraint is not None
-        if constraint is None:
-            constraint = self._budget_alone(req, think, talks and tool_format is None)
-        policy, method, k, reason = self._policy(req, tokens, json_reply=json_reply)
+        assert self._shaping is not None
+        shape = self._shaping.shape(req, tokens, tool_format)
+        policy, method, k, reason = self._policy(req, tokens, json_reply=shape.held)
         reuse = self._prompt_cache.switch(
             self._target,
             self._kv_tokens,
@@ -699,7 +663,7 @@ class Engine:
             self._target,
             tokens,
             max_tokens=req.max_tokens,
-            params=params,
+            params=shape.params,
             stop=req.stop,
             policy=policy,
             method=method,
@@ -708,7 +672,7 @@ class Engine:
             reuse=reuse,
             time_limit_s=req.time_limit_s,
             min_indent=req.min_indent,
-            constraint=constraint,
+            constraint=shape.constraint,
             logprobs=req.logprobs,
             prompt_logprobs=req.prompt_logprobs,
             scored=scored,
@@ -726,11 +690,7 @@ class Engine:
                 gen.stats.dropped_tokens,
             )
         calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
-        split: StreamSplit | None = (
-            HarmonySplit(req.split_reasoning)
-            if talks
-            else self._reasoning_split(req, inside, tool_format, think)
-        )
+        split = shape.split
         for chunk in gen.run():
             if chunk is None:  # another request's turn
                 yield
@@ -768,55 +728,6 @@ class Engine:
             job.put(TokenChunk(tail, ()))
         return result
 
-    def _chat_source(self, req: GenerationRequest) -> str | None:
-        """The chat template's text a chat request was rendered with; None for no chat (whose reply
-        is neither split into reasoning nor read for harmony's channels)."""
-        assert self._target is not None
-        if not (req.messages or req.chat):
-            return None
-        return (self._template or chat_template(self._target)).source
-
-    def _thinking(self, source: str | None, tokens: Sequence[int]) -> bool | None:
-        """Whether a chat reply (its template's `source`, as `_chat_source` says) starts inside a
-        thinking model's block (its prompt opened it); None where the model does not think, or the
-        request is no chat."""
-        assert self._target is not None
-        if not thinks(source):
-            return None
-        tail = b"".join(self._target.shown_piece(t) for t in tokens[-4:])
-        return opens_inside(tail.decode("utf-8", errors="replace"))
-
-    def _think_tokens(self, req: GenerationRequest, inside: bool | None) -> ThinkTokens | None:
-        """A thinking model's tags as single tokens, for a grammar to let it think before its
-        answer (engine.reasoning); None where it does not think (`inside`, as `_thinking` says) or
-        its tags are not single tokens."""
-        assert self._target is not None
-        if inside is None:
-            return None
-        opening, closing = single_token(self._target, OPEN), single_token(self._target, CLOSE)
-        if opening is None or closing is None:
-            return None
-        return ThinkTokens(opening, closing, inside, req.thinking_budget)
-
-    @staticmethod
-    def _reasoning_split(
-        req: GenerationRequest, inside: bool | None, tool_format: ToolFormat | None, think: ThinkTokens | None
-    ) -> ReasoningSplit | None:
-        """The split of a thinking model's chat reply into reasoning and content, where it applies
-        (`inside`, as `_thinking` says: None, the model does not think or this is no chat).
-
-        Where a grammar holds the reply from its first token (a JSON schema, a forced call) and
-        does not let the model think first (its tags are no single tokens), its text is the
-        answer, even where the template opened a thinking block."""
-        forced = (
-            req.json_schema is not None
-            or req.grammar is not None
-            or (tool_format is not None and req.tool_choice != "auto")
-        )
-        if inside is None or not req.split_reasoning or (forced and think is None):
-            return None
-        return ReasoningSplit(inside)
-
     def _scored_prefix(self, req: GenerationRequest, tokens: Sequence[int]) -> tuple[TokenLogprob, ...]:
         """The entries the last scored prompt has for this prompt's first tokens, scored with as many
         alternatives: lm-evaluation-harness scores each choice of a question after the same context,
@@ -826,90 +737,6 @@ class Engine:
         if req.prompt_logprobs is None or last is None or last[1] != req.prompt_logprobs:
             return ()
         return last[2][: common_prefix(last[0], tokens)]
-
-    def _constraint(
-        self, req: GenerationRequest, tool_format: ToolFormat | None, think: ThinkTokens | None, talks: bool
-    ) -> Constraint | None:
-        """The grammar a request's output must follow, if any: a forced tool call, a JSON schema (which
-        then leaves no room for calls), the request's own grammar, or valid calls within free text
-        (tool_choice auto); with `think`, after the thinking model's reasoning, as Ollama constrains
-        only what follows it; where the model `talks` harmony, in a final message after its analysis."""
-        assert self._target is not None
-        if req.grammar is not None:
-            if req.json_schema is not None or tool_format is not None:
-                raise UserInputError(
-                    "a grammar holds the whole reply: send it without a JSON schema, and without tools "
-                    "(or with tool_choice none)",
-                    param="grammar",
-                )
-            return self._grammar().constraint(
-                self._own_grammar(req.grammar, think, talks, req.thinking_budget)
-            )
-        if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
-            grammar: str | None = json_schema_grammar(req.json_schema)
-            if talks:
-                answer = json_schema_lark(req.json_schema, rule="answer", options=HARMONY_JSON_OPTIONS)
-                opening = harmony.message_opening("final", self._special)
-                grammar = lark_grammar(
-                    harmony.forced_reply(f"{opening} answer", self._special, answer, req.thinking_budget),
-                    "json_schema",
-                )
-            elif think is not None:
-                grammar = lark_grammar(
-                    thinking_first(json_schema_lark(req.json_schema), think), "json_schema"
-                )
-        elif tool_format is not None:
-            grammar = call_grammar_for(self._target, tool_format, req, think)
-        else:
-            grammar = None
-        return self._grammar().constraint(grammar) if grammar is not None else None
-
-    def _eos_banned(self, params: SamplingParams) -> SamplingParams:
-        """`params` with every end-of-generation token banned (ignore_eos), as llama-server bans them."""
-        assert self._target is not None
-        banned = tuple((token, -math.inf) for token in self._target.eog_tokens())
-        return replace(params, logit_bias=params.logit_bias + banned)
-
-    def _own_grammar(self, lark: str, think: ThinkTokens | None, talks: bool, budget: int | None) -> str:
-        """A request's own grammar, after the reasoning a thinking model or gpt-oss writes first."""
-        if talks:
-            opening = harmony.message_opening("final", self._special)
-            outer = harmony.forced_reply(
-                f"{opening} answer", self._special, f"answer: {USER_GRAMMAR}\n", budget
-            )
-        elif think is not None:
-            outer = thinking_first(f"start: {USER_GRAMMAR}\n", think)
-        else:
-            return lark_grammar(lark, "grammar", "grammar")
-        return with_user_grammar(outer, lark)
-
-    def _budget_alone(
-        self, req: GenerationRequest, think: ThinkTokens | None, talks: bool
-    ) -> Constraint | None:
-        """A thinking budget where nothing else holds the reply: a grammar that closes the model's
-        reasoning past it, its answer free. `talks`: the model talks harmony and was offered no
-        tools (the grammar would leave it no way to call one; with tools, the call's grammar
-        bounds the analysis)."""
-        assert self._target is not None
-        if req.thinking_budget is None:
-            return None
-        if think is not None:
-            return self._grammar().constraint(lark_grammar(thinking_first(FREE_ANSWER, think), "thinking"))
-        if talks:
-            budget = harmony.budget_reply(req.thinking_budget, self._special)
-            return self._grammar().constraint(lark_grammar(budget, "thinking"))
-        return None
-
-    def _special(self, marker: str) -> int | None:
-        """The token `marker` is in the target, where it is one (a grammar names those)."""
-        assert self._target is not None
-        return single_token(self._target, marker)
-
-    def _grammar(self) -> GrammarTokenizer:
-        assert self._target is not None
-        if self._grammar_tokenizer is None:
-            self._grammar_tokenizer = GrammarTokenizer(self._target)
-        return self._grammar_tokenizer
 
     def _policy(
         self, req: GenerationRequest, prompt: Sequence[int], json_reply: bool = False
