@@ -101,12 +101,8 @@ def check_grammar(grammar: str, param: str, what: str = "schema") -> None:
 def _one_line(message: str) -> str:
     """llguidance's message in one line: it may go on to show the grammar's text with a caret
     under the fault, and a regex's own `error: ...` below that."""
-    lines = [line.strip() for line in message.strip().splitlines()]
-    return (
-        " ".join([lines[0], *(line for line in lines[1:] if line.startswith("error:"))])
-        if lines
-        else "invalid"
-    )
+    first, *rest = [line.strip() for line in message.strip().splitlines()] or ["invalid"]
+    return " ".join([first, *(line for line in rest if line.startswith("error:"))])
 
 
 # --- a request's own grammar (GenerationRequest.grammar) ----------------------------------------
