@@ -93,7 +93,7 @@ class StatsBar(Vertical):
         """Before the daemon is ready, line one says what is happening."""
         self.speed_text = text
         with contextlib.suppress(NoMatches):  # a status arriving while the app shuts down
-            self.query_one("#stats-speed", Static).update(text)
+            _set(self.query_one("#stats-speed", Static), text)
 
     def show(
         self,
