@@ -34,7 +34,8 @@ class ToolSpec:
 
 
 # How tools may be used: "auto" (the model chooses), "none" (never), "required" (at least one
-# call), or NamedTool (exactly that function). required and named are enforced by a grammar.
+# call), NamedTool (exactly that function), or AllowedTools (calls to some of the tools only).
+# required, named and allowed are enforced by a grammar.
 ToolMode = Literal["auto", "none", "required"]
 
 
@@ -43,7 +44,29 @@ class NamedTool:
     name: str
 
 
-ToolChoice = ToolMode | NamedTool
+@dataclass(frozen=True)
+class AllowedTools:
+    """Calls to these of the request's tools only (OpenAI's allowed_tools), as `mode` says: "auto"
+    (or none at all) or "required". The template still shows every tool, so the prompt an agent
+    resends with a different set allowed keeps its cached prefix."""
+
+    names: tuple[str, ...]
+    mode: Literal["auto", "required"] = "auto"
+
+
+ToolChoice = ToolMode | NamedTool | AllowedTools
+
+
+def calls_optional(choice: ToolChoice) -> bool:
+    """Whether the reply may be text with no call (auto, allowed_tools in its auto mode)."""
+    return choice == "auto" or (isinstance(choice, AllowedTools) and choice.mode == "auto")
+
+
+def callable_names(choice: ToolChoice) -> tuple[str, ...] | None:
+    """The tools a call may name, where the choice narrows them (None: any of the request's)."""
+    if isinstance(choice, NamedTool):
+        return (choice.name,)
+    return choice.names if isinstance(choice, AllowedTools) else None
 
 
 @dataclass(frozen=True)

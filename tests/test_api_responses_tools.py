@@ -47,6 +47,8 @@ ANSWER = {
     "additionalProperties": False,
 }
 GREEDY: dict[str, Any] = {"temperature": 0, "max_output_tokens": 160}
+ALLOWED = {"type": "allowed_tools"}
+NOPE = {"type": "function", "name": "nope"}
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +81,18 @@ def test_required_returns_a_function_call_item(client: openai.OpenAI) -> None:
     assert item.name in ("get_weather", "get_time") and isinstance(json.loads(item.arguments), dict)
     assert out.tool_choice == "required" and out.parallel_tool_calls is False
     assert [t.name for t in out.tools] == ["get_weather", "get_time"]
+
+
+def test_allowed_tools_required_calls_the_allowed_tool(client: openai.OpenAI) -> None:
+    for name in ("get_time", "get_weather"):
+        only = [{"type": "function", "name": name}]
+        allowed: Any = {"type": "allowed_tools", "mode": "required", "tools": only}
+        kw: dict[str, Any] = {"model": "tiny-tools", "input": ASK, "tools": TOOLS, **GREEDY}
+        out = client.responses.create(tool_choice=allowed, **kw)
+        assert out.output and {item.type for item in out.output} == {"function_call"}
+        assert {item.name for item in out.output if item.type == "function_call"} == {name}
+        # The response echoes the choice it was given.
+        assert out.tool_choice.type == "allowed_tools"
 
 
 def test_a_named_call_streams_as_function_call_events(client: openai.OpenAI) -> None:
@@ -201,6 +215,16 @@ def test_text_format_json_schema_and_json_object(client: openai.OpenAI) -> None:
         (
             {"tools": TOOLS, "tool_choice": {"type": "web_search_preview"}},
             "tool_choice must be",
+            "tool_choice",
+        ),
+        (
+            {"tools": TOOLS, "tool_choice": {**ALLOWED, "mode": "auto", "tools": [{"type": "mcp"}]}},
+            "tool_choice.tools.0",
+            "tool_choice.tools.0.type",
+        ),
+        (
+            {"tools": TOOLS, "tool_choice": {**ALLOWED, "mode": "required", "tools": [NOPE]}},
+            "'nope'",
             "tool_choice",
         ),
         ({"text": {"format": {"type": "xml"}}}, "text.format", "text.format"),

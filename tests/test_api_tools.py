@@ -117,6 +117,30 @@ def test_a_named_call_streams_as_tool_call_deltas(client: openai.OpenAI) -> None
     jsonschema_rs.validator_for(CITY).validate(json.loads(arguments))
 
 
+def test_allowed_tools_hold_the_calls_to_the_tools_they_name(client: openai.OpenAI) -> None:
+    # OpenAI's allowed_tools: every tool stays in the prompt, calls name only the allowed ones.
+    kw: dict[str, Any] = {"model": "tiny-tools", "messages": CHAT, "tools": TOOLS, **GREEDY}
+    for name in ("get_time", "get_weather"):
+        only = [{"type": "function", "function": {"name": name}}]
+        allowed: Any = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": only}}
+        out = client.chat.completions.create(tool_choice=allowed, **kw)
+        calls = out.choices[0].message.tool_calls or []
+        assert out.choices[0].finish_reason == "tool_calls" and calls
+        assert {c.function.name for c in calls} == {name}
+        # The prompt is the one every tool is offered in, whichever are allowed.
+        assert out.usage is not None
+        offered = client.chat.completions.create(**{**kw, "max_tokens": 1}).usage
+        assert offered is not None and out.usage.prompt_tokens == offered.prompt_tokens
+    # In auto mode the tiny model's random weights call nothing: a plain reply.
+    auto: Any = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(tool_choice=auto, **kw)
+    assert err.value.param == "tool_choice" and "allows no tools" in str(err.value)
+    auto["allowed_tools"]["tools"] = [{"type": "function", "function": {"name": "get_time"}}]
+    reply = client.chat.completions.create(tool_choice=auto, **kw).choices[0]
+    assert reply.finish_reason in ("stop", "length") and not reply.message.tool_calls
+
+
 def test_a_call_in_the_history_and_its_answer_are_accepted(client: openai.OpenAI) -> None:
     history: list[ChatCompletionMessageParam] = [
         *CHAT,
@@ -171,6 +195,15 @@ def test_errors_name_their_param(client: openai.OpenAI) -> None:
     missing: Any = {"type": "function", "function": {"name": "nope"}}
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="tiny-tools", messages=CHAT, tools=TOOLS, tool_choice=missing)
+    assert err.value.param == "tool_choice" and "nope" in str(err.value)
+    not_offered: Any = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "nope"}}]},
+    }
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="tiny-tools", messages=CHAT, tools=TOOLS, tool_choice=not_offered, max_tokens=4
+        )
     assert err.value.param == "tool_choice" and "nope" in str(err.value)
 
 

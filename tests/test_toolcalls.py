@@ -36,6 +36,7 @@ from localspec.engine.tooluse import ToolCallFilter, call_grammar_for
 from localspec.engine.worker import Engine
 from localspec.errors import UnsupportedModelError, UserInputError
 from localspec.types import (
+    AllowedTools,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
@@ -112,8 +113,10 @@ def test_text_that_is_no_call_stays_content() -> None:
             assert parse_tool_calls(fmt, text) == (text, [])
 
 
-def _filtered(pieces: list[str], parallel: bool = True) -> tuple[str, GenerationResult]:
-    calls = ToolCallFilter(HERMES, parallel)
+def _filtered(
+    pieces: list[str], parallel: bool = True, names: tuple[str, ...] | None = None
+) -> tuple[str, GenerationResult]:
+    calls = ToolCallFilter(HERMES, parallel, names)
     streamed = "".join(calls.push(p) for p in pieces)
     result = GenerationResult("".join(pieces), (), "stop", GenerationStats())
     tail, result = calls.finish(result)
@@ -154,6 +157,17 @@ def test_one_call_only_when_parallel_calls_are_off() -> None:
     one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     _, result = _filtered([one, "\n", one], parallel=False)
     assert len(result.tool_calls) == 1
+
+
+def test_a_call_to_a_tool_not_allowed_stays_text() -> None:
+    # Where no grammar holds the calls to the allowed tools (markers spelled out in text), the
+    # filter does: an answer calling another tool is the model's text, not a call.
+    time = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    text, result = _filtered([time], names=("get_weather",))
+    assert result.tool_calls == () and result.text == time and result.finish_reason == "stop"
+    assert text == time
+    _, allowed = _filtered([time], names=("get_weather", "get_time"))
+    assert [c.name for c in allowed.tool_calls] == ["get_time"]
 
 
 # --- the engine, on a tiny model that speaks Hermes ------------------------------------------
@@ -197,6 +211,25 @@ def test_a_forced_call_comes_back_parsed_and_identical_for_every_method(
             )
 
 
+def test_allowed_tools_required_calls_only_those_and_is_identical_for_every_method(
+    hermes_engine: Engine,
+) -> None:
+    for name in ("get_time", "get_weather"):
+        allowed = AllowedTools((name,), "required")
+        for prompt in ("the cat sat on", "what is the weather"):
+            base = _ask(hermes_engine, prompt, allowed, "none")
+            assert base.finish_reason == "tool_calls", base
+            assert base.tool_calls and {c.name for c in base.tool_calls} == {name}
+            for method in ("ngram", "draft", "auto"):
+                assert _ask(hermes_engine, prompt, allowed, method).token_ids == base.token_ids
+    # Every tool still reaches the prompt, so the prefix an agent resends stays cached.
+    prompt_tokens = {
+        _ask(hermes_engine, "hi", choice, "none").stats.prompt_tokens
+        for choice in ("auto", allowed, AllowedTools(("get_weather",)))
+    }
+    assert len(prompt_tokens) == 1
+
+
 def test_the_tools_reach_the_prompt(hermes_engine: Engine) -> None:
     # A call in the history and the tool list both render: the prompt grows by their tokens.
     plain = GenerationRequest(messages=(ChatMessage("user", "hi"),), max_tokens=1, cache_prompt=False)
@@ -213,6 +246,10 @@ def test_the_tools_reach_the_prompt(hermes_engine: Engine) -> None:
 def test_errors_are_clear(hermes_engine: Engine, tiny_target: Path) -> None:
     with pytest.raises(UserInputError, match="'nope'"):
         _ask(hermes_engine, "hi", NamedTool("nope"), "none")
+    with pytest.raises(UserInputError, match="'nope'"):
+        _ask(hermes_engine, "hi", AllowedTools(("get_time", "nope"), "required"), "none")
+    with pytest.raises(UserInputError, match="allows no tools"):
+        _ask(hermes_engine, "hi", AllowedTools(()), "none")
     with make_engine(tiny_target, load=TINY) as chatml:
         with pytest.raises(UnsupportedModelError, match="no tool support"):
             _ask(chatml, "hi", "auto", "none")
@@ -248,6 +285,28 @@ def test_in_auto_mode_an_opened_call_must_be_valid_and_its_start_is_drafted(tool
         model.close()
     # Markers spelled out in text cannot trigger anything reliably: no lazy grammar then.
     assert lazy_call_grammar(HERMES, (WEATHER,), True, lambda marker: None) is None
+
+
+def test_allowed_tools_in_auto_mode_an_opened_call_names_an_allowed_tool(tool_tokens: Path) -> None:
+    model = LlamaModel(tool_tokens, TINY)
+    try:
+        request = GenerationRequest(
+            messages=(ChatMessage("user", "hi"),),
+            tools=(WEATHER, TIME),
+            tool_choice=AllowedTools(("get_time",)),
+        )
+        grammar = call_grammar_for(model, HERMES, request)
+        assert grammar is not None
+        constraint = GrammarTokenizer(model).constraint(grammar)
+        for token in model.tokenize("No call needed.", add_special=False):
+            constraint.accept(token)  # the reply may still be text alone
+        (opening,) = model.tokenize("<tool_call>", add_special=False, parse_special=True)
+        constraint.accept(opening)
+        # Of the two tools offered, only get_time may be called: its name is forced.
+        forced = b"".join(model.piece(t) for t in constraint.forced()).decode()
+        assert forced == '\n{"name": "get_time", "arguments": {'
+    finally:
+        model.close()
 
 
 class _Hindsight:

@@ -40,7 +40,7 @@ from localspec.engine.templating import ChatTemplate
 from localspec.engine.toolcalls import ToolFormat
 from localspec.engine.tooluse import call_grammar_for, single_token
 from localspec.errors import UserInputError
-from localspec.types import GenerationRequest, SamplingParams
+from localspec.types import GenerationRequest, SamplingParams, calls_optional
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class Shaping:
             return self.grammars().constraint(
                 self._own_grammar(req.grammar, think, talks, req.thinking_budget)
             )
-        if req.json_schema is not None and (tool_format is None or req.tool_choice == "auto"):
+        if req.json_schema is not None and (tool_format is None or calls_optional(req.tool_choice)):
             grammar: str | None = json_schema_grammar(req.json_schema)
             if talks:
                 answer = json_schema_lark(req.json_schema, rule="answer", options=HARMONY_JSON_OPTIONS)
@@ -194,7 +194,7 @@ def _reasoning_split(
     forced = (
         req.json_schema is not None
         or req.grammar is not None
-        or (tool_format is not None and req.tool_choice != "auto")
+        or (tool_format is not None and not calls_optional(req.tool_choice))
     )
     if inside is None or not req.split_reasoning or (forced and think is None):
         return None

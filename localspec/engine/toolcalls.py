@@ -24,7 +24,7 @@ from typing import Any
 
 from localspec.engine import harmony
 from localspec.engine.harmony import SpecialFn, marker
-from localspec.types import NamedTool, ToolCall, ToolChoice, ToolSpec
+from localspec.types import ToolCall, ToolChoice, ToolSpec, callable_names
 
 
 @dataclass(frozen=True)
@@ -203,10 +203,9 @@ def _harmony_call(
     tools: Sequence[ToolSpec], choice: ToolChoice, special: SpecialFn, budget: int | None
 ) -> str:
     """gpt-oss's call (one a reply: `<|call|>` ends it), after the analysis it may write first."""
-    chosen = [t for t in tools if not isinstance(choice, NamedTool) or t.name == choice.name]
     calls = " | ".join(
         harmony.message_opening(f"commentary to=functions.{t.name}", special) + " " + _harmony_arguments(t)
-        for t in chosen
+        for t in callable_tools(tools, choice)
     )
     return harmony.forced_reply(f"({calls})", special, budget=budget)
 
@@ -223,8 +222,8 @@ def _harmony_arguments(tool: ToolSpec) -> str:
 def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) -> dict[str, Any]:
     from localspec.engine.constraint import JSON_OPTIONS
 
-    chosen = [t for t in tools if not isinstance(choice, NamedTool) or t.name == choice.name]
-    return {"anyOf": [_call_schema(fmt, t) for t in chosen], "x-guidance": JSON_OPTIONS}
+    calls = [_call_schema(fmt, t) for t in callable_tools(tools, choice)]
+    return {"anyOf": calls, "x-guidance": JSON_OPTIONS}
 
 
 def _call_schema(fmt: ToolFormat, tool: ToolSpec) -> dict[str, Any]:
@@ -241,8 +240,13 @@ def _json(schema: dict[str, Any]) -> str:
     return "%json " + json.dumps(schema)
 
 
+def callable_tools(tools: Sequence[ToolSpec], choice: ToolChoice) -> list[ToolSpec]:
+    """The tools a call may name: those the choice names (named, allowed_tools), or all of them."""
+    names = callable_names(choice)
+    return [t for t in tools if names is None or t.name in names]
+
+
 def named_tool_missing(tools: Sequence[ToolSpec], choice: ToolChoice) -> str | None:
-    """The name a named tool_choice asks for when no tool has it."""
-    if isinstance(choice, NamedTool) and all(t.name != choice.name for t in tools):
-        return choice.name
-    return None
+    """A name a tool_choice asks for (named, allowed_tools) that no tool has."""
+    have = {t.name for t in tools}
+    return next((name for name in callable_names(choice) or () if name not in have), None)

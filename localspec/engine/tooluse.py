@@ -16,13 +16,14 @@ from localspec.engine.reasoning import ThinkTokens, thinking_first
 from localspec.engine.toolcalls import (
     ToolFormat,
     call_grammar,
+    callable_tools,
     lazy_call_grammar,
     named_tool_missing,
     parse_tool_calls,
     tool_format,
 )
 from localspec.errors import UnsupportedModelError, UserInputError
-from localspec.types import GenerationRequest, GenerationResult
+from localspec.types import AllowedTools, GenerationRequest, GenerationResult, calls_optional
 
 
 def request_tool_format(model: LlamaModel, req: GenerationRequest) -> ToolFormat | None:
@@ -40,6 +41,10 @@ def request_tool_format(model: LlamaModel, req: GenerationRequest) -> ToolFormat
         raise UserInputError(
             f"tool_choice names {missing!r}, which is not among the tools", param="tool_choice"
         )
+    if isinstance(req.tool_choice, AllowedTools) and not req.tool_choice.names:
+        raise UserInputError(
+            "tool_choice allows no tools: name at least one, or send tool_choice none", param="tool_choice"
+        )
     return fmt
 
 
@@ -50,8 +55,9 @@ def call_grammar_for(
     or free text whose calls, once opened, must be valid (auto, where the model's markers allow);
     with `think`, after the thinking model's reasoning."""
     special = functools.partial(single_token, model)
-    if req.tool_choice == "auto":
-        lazy = lazy_call_grammar(fmt, req.tools, req.parallel_tool_calls, special, req.thinking_budget)
+    if calls_optional(req.tool_choice):
+        tools = callable_tools(req.tools, req.tool_choice)
+        lazy = lazy_call_grammar(fmt, tools, req.parallel_tool_calls, special, req.thinking_budget)
         if lazy is None:
             return None
         return lark_grammar(lazy if think is None else thinking_first(lazy, think), param="tools")
@@ -84,9 +90,12 @@ def _opening(head: str, array: bool) -> bool | None:
 class ToolCallFilter:
     """Streams content, holds back what may be a call, and parses the calls at the end."""
 
-    def __init__(self, fmt: ToolFormat, parallel: bool) -> None:
+    def __init__(self, fmt: ToolFormat, parallel: bool, names: tuple[str, ...] | None = None) -> None:
+        """`names`: the tools a call may name (None: any). A grammar holds the calls to them where
+        the format allows one; where not, an answer calling another tool stays text."""
         self.fmt = fmt
         self.parallel = parallel
+        self.names = names
         self._text = ""
         self._released = 0  # characters of _text already streamed
         self._holding = False  # a call (maybe) began: nothing more streams until the end
@@ -125,6 +134,8 @@ class ToolCallFilter:
     def finish(self, result: GenerationResult) -> tuple[str, GenerationResult]:
         """The text still to stream, and the result with its calls split from its content."""
         content, calls = parse_tool_calls(self.fmt, result.text) if self._holding else (result.text, [])
+        if self.names is not None and any(c.name not in self.names for c in calls):
+            content, calls = result.text, []
         if not calls:
             return self._text[self._released :], result
         if not self.parallel:

@@ -53,6 +53,7 @@ from localspec.types import (
     PromptProgress,
     TokenChunk,
     TokenLogprob,
+    callable_names,
 )
 
 if TYPE_CHECKING:
@@ -689,7 +690,11 @@ class Engine:
                 self._target.n_ctx,
                 gen.stats.dropped_tokens,
             )
-        calls = ToolCallFilter(tool_format, req.parallel_tool_calls) if tool_format is not None else None
+        calls = (
+            ToolCallFilter(tool_format, req.parallel_tool_calls, callable_names(req.tool_choice))
+            if tool_format is not None
+            else None
+        )
         split = shape.split
         for chunk in gen.run():
             if chunk is None:  # another request's turn

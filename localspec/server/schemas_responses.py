@@ -11,7 +11,7 @@ file_search, ...) are refused, each with a clear 400.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -21,6 +21,7 @@ from localspec.server.schemas import SpeculativeOptions, _Body, spec_params
 from localspec.server.toolschemas import MAX_TOOLS, NAME_PATTERN, checked_schema
 from localspec.types import (
     MAX_TOP_LOGPROBS,
+    AllowedTools,
     ChatMessage,
     GenerationRequest,
     NamedTool,
@@ -181,9 +182,12 @@ class ResponsesBody(_Body):
         choice = self.tool_choice
         if isinstance(choice, str):
             return choice
+        if choice.get("type") == "allowed_tools":
+            return _allowed_tools(choice)
         if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
             raise UserInputError(
-                'tool_choice must be "auto", "none", "required" or {"type": "function", "name": ...}',
+                'tool_choice must be "auto", "none", "required", {"type": "function", "name": ...} '
+                'or {"type": "allowed_tools", "mode": ..., "tools": [...]}',
                 param="tool_choice",
             )
         return NamedTool(choice["name"])
@@ -216,7 +220,29 @@ class ResponsesBody(_Body):
         return tuple(turns)
 
 
-def _parse(model: type[FunctionTool], data: dict[str, Any], where: str) -> FunctionTool:
+class AllowedFunction(_Body):
+    type: Literal["function"]
+    name: str
+
+
+class AllowedToolsChoice(_Body):
+    """Calls to some of the tools only: `{"type": "allowed_tools", "mode", "tools": [{"type":
+    "function", "name"}]}` (hosted tools, which localspec has none of, are refused by name)."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: list[AllowedFunction] = Field(..., max_length=MAX_TOOLS)
+
+
+def _allowed_tools(choice: dict[str, Any]) -> AllowedTools:
+    allowed = _parse(AllowedToolsChoice, choice, "tool_choice")
+    return AllowedTools(tuple(t.name for t in allowed.tools), allowed.mode)
+
+
+_Parsed = TypeVar("_Parsed", bound=_Body)
+
+
+def _parse(model: type[_Parsed], data: dict[str, Any], where: str) -> _Parsed:
     try:
         return model.model_validate(data)
     except ValidationError as exc:

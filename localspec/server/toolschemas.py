@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from localspec.engine.constraint import choice_lark, gbnf_lark, json_schema_grammar, regex_lark
 from localspec.errors import UserInputError
-from localspec.types import NamedTool, ToolCall, ToolChoice, ToolSpec
+from localspec.types import AllowedTools, NamedTool, ToolCall, ToolChoice, ToolSpec
 
 # OpenAI's rule for function names; also keeps names safe inside a grammar and a template.
 NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
@@ -53,7 +53,24 @@ class NamedToolChoice(_Body):
     function: FunctionName
 
 
-OpenAIToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+class AllowedTool(_Body):
+    type: Literal["function"] = "function"
+    function: FunctionName
+
+
+class AllowedToolSet(_Body):
+    mode: Literal["auto", "required"]
+    tools: list[AllowedTool] = Field(..., max_length=MAX_TOOLS)
+
+
+class AllowedToolsChoice(_Body):
+    """Calls to some of the tools only (`{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}`)."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedToolSet
+
+
+OpenAIToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
 
 
 def tool_specs(tools: list[Tool] | None) -> tuple[ToolSpec, ...]:
@@ -65,6 +82,9 @@ def tool_specs(tools: list[Tool] | None) -> tuple[ToolSpec, ...]:
 def tool_choice(choice: OpenAIToolChoice | None) -> ToolChoice:
     if choice is None:
         return "auto"
+    if isinstance(choice, AllowedToolsChoice):
+        allowed = choice.allowed_tools
+        return AllowedTools(tuple(t.function.name for t in allowed.tools), allowed.mode)
     return NamedTool(choice.function.name) if isinstance(choice, NamedToolChoice) else choice
 
 
