@@ -94,6 +94,25 @@ def replies(app: ChatApp) -> list[MessageView]:
     return [v for v in app.query(MessageView) if v.role == "assistant"]
 
 
+async def test_the_chat_answers_with_a_shared_daemons_own_method_unless_given_one(
+    tmp_path: Path, tiny_target: Path, store: ChatStore
+) -> None:
+    ngram = start_daemon(tmp_path / "ngram-home", tiny_target, "--method", "ngram", ctx=512)
+    try:
+        for given, expected in ((None, "ngram"), ("none", "none")):
+            with ngram.client() as client:
+                app = make_app(load_settings(method=given), client, store=store, max_tokens=8)
+                async with app.run_test(size=SIZE) as pilot:
+                    await ready(pilot, app)
+                    assert app.method == expected
+                    await type_and_send(pilot, "hello")
+                    await wait_until(pilot, lambda a=app: not a.generating and len(a.chat.messages) == 2)  # type: ignore[misc]
+                    assert app.last_live is not None and app.last_live.final is not None
+                    assert app.last_live.final.method == expected  # what the daemon ran
+    finally:
+        assert ngram.stop() == 0, ngram.log()
+
+
 async def test_type_send_and_see_the_streamed_reply_and_stats(
     new_app: Callable[..., ChatApp], store: ChatStore
 ) -> None:

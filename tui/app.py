@@ -24,7 +24,7 @@ from localspec.errors import DaemonError, LocalspecError
 from localspec.paths import Paths
 from localspec.printable import printable
 from localspec.settings import Settings
-from localspec.types import ChatMessage, Method, SpecParams
+from localspec.types import METHODS, ChatMessage, Method, SpecParams
 from tui.chats import Chat, ChatStore
 from tui.commands import ChatCommands
 from tui.connection import Connection, SessionDaemon
@@ -171,7 +171,8 @@ class ChatApp(App[None]):
         self.served = list(message.served)
         if first and self.connection.session is None:
             # A shared daemon: its own defaults, unless the user gave a method or k on the command line.
-            self.method = self.settings.method if "method" in self.settings.model_fields_set else "auto"
+            given = "method" in self.settings.model_fields_set
+            self.method = self.settings.method if given else daemon_method(message.health)
             self.k = self.settings.k or message.health.k or self.k  # settings.k is None unless given
         self.notify(f"connected to {self.connection.describe()}", title="ready", timeout=4)
         self._update_stats()
@@ -427,6 +428,12 @@ class ChatApp(App[None]):
     def set_k(self, k: int) -> None:
         self.k = k
         self._update_stats()
+
+
+def daemon_method(health: Health) -> Method:
+    """The method a daemon answers with when a request names none (`serve --method`); auto where it
+    says nothing this chat knows."""
+    return next((m for m in METHODS if m == health.method), "auto")
 
 
 def make_app(
