@@ -25,6 +25,7 @@ from tui.chunk_buffer import ChunkBuffer
 from tui.live_stats import LiveStats
 from tui.messages import ReplyChunks, ReplyDone, ReplyFailed
 from tui.widgets.chat_log import Turn
+from tui.widgets.code_fence import PiecedFence
 from tui.widgets.draft_view import DraftView
 from tui.widgets.message_view import MessageView
 
@@ -73,6 +74,8 @@ class MarkdownOutput:
 
     async def stop(self) -> None:
         await self._stream.stop()
+        for fence in self._view.query(PiecedFence):
+            await fence.settle()  # highlighted whole, now that no piece grows
 
 
 class DraftOutput:
