@@ -24,6 +24,7 @@ from localspec.server import (
     anthropic,
     embeddings,
     llamaserver,
+    lmstudio,
     ollama,
     ollama_models,
     ollama_pull,
@@ -66,6 +67,8 @@ async def openapi(request: Request) -> Response:
 def api_of(scope: Scope) -> Api:
     """Whose error shape a path gets: Ollama's under /api/, Anthropic's under /v1/messages."""
     path = str(scope.get("path", ""))
+    if path.startswith(lmstudio.PREFIX + "/"):
+        return "openai"  # LM Studio's REST API answers errors as OpenAI's does
     if path.startswith("/api/"):
         return "ollama"
     return "anthropic" if path.startswith("/v1/messages") else "openai"
@@ -142,6 +145,7 @@ ROUTES = [
     *anthropic.ROUTES,
     *responses_api.ROUTES,
     *embeddings.ROUTES,
+    *lmstudio.ROUTES,
 ]
 
 

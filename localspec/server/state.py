@@ -89,6 +89,11 @@ class ServerState:
         for res, keep_alive in scope.pop(LEASES, ()):
             self.pool.release(res, keep_alive)
 
+    @property
+    def embedder_loaded(self) -> bool:
+        """Whether the embedding model has been loaded (by a first embeddings request)."""
+        return self._embedder is not None
+
     def embedder(self) -> EmbeddingModel | None:
         """The embedding model (--embed-model), loaded on first use; None when none is configured.
 
