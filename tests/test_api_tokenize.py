@@ -74,3 +74,26 @@ def test_vllm_tokenizer_routes_as_lm_evaluation_harness_reads_them(
         assert http.post("/detokenize", json={"tokens": plain}).json()["prompt"] == tiny.detokenize(plain)
         missing = http.post("/tokenize", json={"add_special": True})
         assert missing.status_code == 400 and "content (or prompt)" in missing.json()["error"]["message"]
+
+
+def test_apply_template_gives_the_prompt_a_chat_reads(tiny_daemon: Daemon) -> None:
+    """llama-server's /apply-template: the rendered prompt, which /completion then continues exactly
+    as the chat completion of the same messages does."""
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
+    with tiny_daemon.http() as http:
+        rendered = http.post("/apply-template", json={"messages": messages})
+        assert rendered.status_code == 200, rendered.text
+        prompt = rendered.json()["prompt"]
+        assert "hello world" in prompt and "be brief" in prompt
+        chat = http.post(
+            "/v1/chat/completions",
+            json={"model": "tiny-target", "messages": messages, "max_tokens": 8, "temperature": 0},
+        ).json()
+        completion = http.post(
+            "/completion", json={"prompt": prompt, "n_predict": 8, "temperature": 0, "cache_prompt": False}
+        ).json()
+        assert completion["content"] == chat["choices"][0]["message"]["content"]
+        tokens = http.post("/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"]
+        assert len(tokens) == chat["usage"]["prompt_tokens"]
+        bad = http.post("/apply-template", json={"messages": []})
+        assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]

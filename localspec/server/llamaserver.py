@@ -20,10 +20,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec import __version__
-from localspec.errors import LocalspecError, UserInputError
+from localspec.errors import DaemonError, LocalspecError, UserInputError
 from localspec.server.logprobs import llama_server_probs
 from localspec.server.responses import json_bytes, progress_fields, stats_fields
-from localspec.server.schemas import parse_body
+from localspec.server.schemas import ChatCompletionBody, chat_request, parse_body
 from localspec.server.schemas_llamaserver import (
     DetokenizeBody,
     InfillBody,
@@ -227,7 +227,27 @@ async def props(request: Request) -> Response:
     )
 
 
+class ApplyTemplateBody(ChatCompletionBody):
+    """POST /apply-template: a chat completion's body, its model free to go unnamed (llama-server has one)."""
+
+    model: str = ""
+
+
+async def apply_template(request: Request) -> Response:
+    """llama-server's POST /apply-template: a chat's messages (and tools, and chat_template_kwargs) as
+    the model's template renders them into the prompt it would read, with nothing generated; the
+    text can be edited and sent to /completion."""
+    body = parse_body(await request.body(), ApplyTemplateBody)
+    state = await server_state(request).use(request, body.model or None)
+    greq = chat_request(body, state.spec_default, state.unlimited)
+    prepared = await anyio.to_thread.run_sync(state.engine.prepare, greq)
+    if prepared.prompt is None:  # the template comes with the model, which is still loading
+        raise DaemonError(f"{state.model_name} is still loading; retry in a moment")
+    return JSONResponse({"prompt": prepared.prompt})
+
+
 ROUTES = [
+    Route("/apply-template", apply_template, methods=["POST"]),
     Route("/infill", infill, methods=["POST"]),
     Route("/completion", completion, methods=["POST"]),
     Route("/tokenize", tokenize, methods=["POST"]),
