@@ -62,6 +62,11 @@ def calls_optional(choice: ToolChoice) -> bool:
     return choice == "auto" or (isinstance(choice, AllowedTools) and choice.mode == "auto")
 
 
+def parallel_calls(parallel: bool | None, choice: ToolChoice) -> bool:
+    """Whether a reply may hold more than one call: as asked, or, unasked, where calls are optional."""
+    return calls_optional(choice) if parallel is None else parallel
+
+
 def callable_names(choice: ToolChoice) -> tuple[str, ...] | None:
     """The tools a call may name, where the choice narrows them (None: any of the request's)."""
     if isinstance(choice, NamedTool):
@@ -186,7 +191,10 @@ class GenerationRequest:
     # Functions the model may call (rendered by its chat template; calls parsed from its output).
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
-    parallel_tool_calls: bool = True
+    # More than one call in a reply; None, the request did not say: where the model is free to call
+    # or not (auto), yes; where a grammar holds it to calls, one, as llama-server allows one unless
+    # asked (a small model held to calls otherwise wrote call after call until max_tokens).
+    parallel_tool_calls: bool | None = None
     # Generate past the end-of-generation tokens, to max_tokens (llama-server's and vLLM's
     # ignore_eos, what benchmarks of a fixed length ask for): each is banned as a logit_bias of
     # -inf bans a token. Not with a schema, a grammar or tools, which end where they are complete.

@@ -129,3 +129,17 @@ def test_a_forced_call_is_the_same_with_and_without_speculation(client: openai.O
     assert (a.function.name, a.function.arguments) == (b.function.name, b.function.arguments)
     assert base.usage.completion_tokens == spec.usage.completion_tokens
     assert spec.model_extra["localspec"]["method_steps"].get("grammar", 0) > 0
+
+
+def test_a_forced_call_unasked_for_parallel_calls_is_one_call(client: openai.OpenAI) -> None:
+    # Held to calls with several allowed (OpenAI's default), Qwen2.5-Coder 1.5B wrote get_weather for
+    # Paris, then for London, Tokyo... until max_tokens (finish "length", the last call cut). Unless
+    # the request asks for parallel calls, a forced call is one, as llama-server makes it.
+    out = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=200
+    )
+    choice = out.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls or []
+    assert call.type == "function"
+    assert call.function.name == "get_weather" and "Paris" in _city(call.function.arguments)

@@ -48,6 +48,7 @@ from localspec.types import (
     ToolCall,
     ToolChoice,
     ToolSpec,
+    parallel_calls,
 )
 
 WEATHER = ToolSpec(
@@ -153,6 +154,23 @@ def test_code_streams_while_json_and_fenced_json_wait() -> None:
         assert "".join(held.push(c) for c in opening + '"name": "f"') == ""
 
 
+def test_a_call_repeated_word_for_word_ends_the_reply_and_counts_once() -> None:
+    weather = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    time = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    calls = ToolCallFilter(HERMES, parallel=True)
+    seen = []
+    for piece in ["<tool", weather[5:40], weather[40:], "\n", time, "\n", weather[:30], weather[30:]]:
+        calls.push(piece)
+        seen.append(calls.repeated())
+    # Only once the third call closes, the first again: then, and only then.
+    assert seen == [False, False, False, False, False, False, False, True]
+    assert calls.repeated() is False  # said once per closed call
+    text = weather + "\n" + time + "\n" + weather
+    _, result = calls.finish(GenerationResult(text, (), "stop", GenerationStats()))
+    assert [c.name for c in result.tool_calls] == ["get_weather", "get_time"]
+    assert result.finish_reason == "tool_calls"
+
+
 def test_one_call_only_when_parallel_calls_are_off() -> None:
     one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     _, result = _filtered([one, "\n", one], parallel=False)
@@ -180,12 +198,14 @@ def hermes_engine(tiny_dir: Path, tiny_related_draft: Path) -> Iterator[Engine]:
         yield engine
 
 
-def _ask(engine: Engine, prompt: str, choice: ToolChoice, method: Method, **kw: object) -> GenerationResult:
+def _ask(
+    engine: Engine, prompt: str, choice: ToolChoice, method: Method, max_tokens: int = 160, **kw: object
+) -> GenerationResult:
     request = GenerationRequest(
         messages=(ChatMessage("user", prompt),),
         tools=(WEATHER, TIME),
         tool_choice=choice,
-        max_tokens=160,  # the tiny vocabulary spells <tool_call> letter by letter
+        max_tokens=max_tokens,  # 160: the tiny vocabulary spells <tool_call> letter by letter
         speculative=SpecParams(method, 4),
         cache_prompt=False,
         **kw,  # type: ignore[arg-type]
@@ -228,6 +248,29 @@ def test_allowed_tools_required_calls_only_those_and_is_identical_for_every_meth
         for choice in ("auto", allowed, AllowedTools(("get_weather",)))
     }
     assert len(prompt_tokens) == 1
+
+
+def test_a_model_that_would_call_on_and_on_stops_at_its_first_repeat(tiny_dir: Path) -> None:
+    # Held to calls with parallel calls asked for, a model that never ends on its own wrote calls
+    # until max_tokens; the reply now ends where a call repeats, each kept once.
+    endless = tinymodels.write_endless_tool_target(tiny_dir / "tiny-tools-endless.gguf")
+    with make_engine(endless, load=TINY) as engine:
+        for prompt in ("the cat sat on", "hello world"):
+            base = _ask(engine, prompt, "required", "none", max_tokens=600, parallel_tool_calls=True)
+            assert base.finish_reason == "tool_calls", base
+            assert base.stats.tokens < 300  # two calls' worth, far from the 600 allowed
+            keys = [(c.name, c.arguments) for c in base.tool_calls]
+            assert keys and len(keys) == len(set(keys))
+            for method in ("ngram", "auto"):
+                again = _ask(engine, prompt, "required", method, max_tokens=600, parallel_tool_calls=True)
+                assert again.token_ids == base.token_ids
+            # Unasked, a forced call is one call: the grammar ends the reply after it.
+            one = _ask(engine, prompt, "required", "none", max_tokens=600)
+            assert one.finish_reason == "tool_calls" and len(one.tool_calls) == 1
+            assert one.stats.tokens < base.stats.tokens
+            # Where the model may call or not, several calls stay allowed unless refused.
+            assert parallel_calls(None, "auto") and not parallel_calls(False, "auto")
+            assert not parallel_calls(None, NamedTool("get_time")) and parallel_calls(True, "required")
 
 
 def test_the_tools_reach_the_prompt(hermes_engine: Engine) -> None:

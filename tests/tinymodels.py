@@ -529,6 +529,18 @@ def write_endless_target(path: Path) -> Path:
     return write_tiny_model(path, seed=0, n_layers=3, eos_bias=ENDLESS_EOS_BIAS, name="tiny-endless")
 
 
+def write_endless_tool_target(path: Path) -> Path:
+    """The tool target never picking its end token: held to calls, it writes one after another."""
+    return write_tiny_model(
+        path,
+        seed=0,
+        n_layers=3,
+        chat_template=HERMES_TEMPLATE,
+        eos_bias=ENDLESS_EOS_BIAS,
+        name="tiny-tools-endless",
+    )
+
+
 def write_perfect_draft(path: Path) -> Path:
     """The target's weights under another name: every drafted token is accepted."""
     return write_tiny_model(path, seed=0, n_layers=3, name="tiny-perfect-draft")

@@ -293,6 +293,12 @@ class Generation:
             yield TokenChunk(tail, ())
         self._close(t0)
 
+    def end(self) -> None:
+        """End the reply after the chunk just yielded, as a stop string would (a caller's stop rule:
+        a tool call repeated)."""
+        if self.finish is None:
+            self.finish = "stop"
+
     def _read(self, prompt: Sequence[int]) -> Generator[None, None, float]:
         """Decode the prompt's uncached tokens; between two chunks, say how far it got and, where
         `turn_due` says so, yield None for the caller to serve another request. Returns llama.cpp's

@@ -23,7 +23,14 @@ from localspec.engine.toolcalls import (
     tool_format,
 )
 from localspec.errors import UnsupportedModelError, UserInputError
-from localspec.types import AllowedTools, GenerationRequest, GenerationResult, calls_optional
+from localspec.types import (
+    AllowedTools,
+    GenerationRequest,
+    GenerationResult,
+    ToolCall,
+    calls_optional,
+    parallel_calls,
+)
 
 
 def request_tool_format(model: LlamaModel, req: GenerationRequest) -> ToolFormat | None:
@@ -55,15 +62,14 @@ def call_grammar_for(
     or free text whose calls, once opened, must be valid (auto, where the model's markers allow);
     with `think`, after the thinking model's reasoning."""
     special = functools.partial(single_token, model)
+    parallel = parallel_calls(req.parallel_tool_calls, req.tool_choice)
     if calls_optional(req.tool_choice):
         tools = callable_tools(req.tools, req.tool_choice)
-        lazy = lazy_call_grammar(fmt, tools, req.parallel_tool_calls, special, req.thinking_budget)
+        lazy = lazy_call_grammar(fmt, tools, parallel, special, req.thinking_budget)
         if lazy is None:
             return None
         return lark_grammar(lazy if think is None else thinking_first(lazy, think), param="tools")
-    lark = call_grammar(
-        fmt, req.tools, req.tool_choice, req.parallel_tool_calls, special, req.thinking_budget
-    )
+    lark = call_grammar(fmt, req.tools, req.tool_choice, parallel, special, req.thinking_budget)
     return lark_grammar(lark if think is None else thinking_first(lark, think), param="tools")
 
 
@@ -100,6 +106,7 @@ class ToolCallFilter:
         self._released = 0  # characters of _text already streamed
         self._holding = False  # a call (maybe) began: nothing more streams until the end
         self._decided = False  # the answer's opening was read: it is not a call
+        self._closed = 0  # calls closed (end markers) when `repeated` last looked
 
     def push(self, text: str) -> str:
         """Add newly final text; return the part that is surely content."""
@@ -131,9 +138,26 @@ class ToolCallFilter:
                 return len(self._text) - keep
         return len(self._text)
 
+    def repeated(self) -> bool:
+        """Whether the call just closed repeats an earlier one of this reply, word for word.
+
+        A small model held to calls by a grammar that allows more than one (tool_choice required,
+        parallel_tool_calls on, OpenAI's default) writes one after another until max_tokens: Qwen2.5-
+        Coder 1.5B asked for the weather wrote get_weather, get_time, get_weather, get_time... and
+        the reply ended at its length with the calls cut. The caller ends the reply at the first
+        repeat; `finish` keeps each call once."""
+        end = self.fmt.end
+        closed = self._text.count(end) if self._holding and end else 0
+        if closed <= self._closed:
+            return False
+        self._closed = closed
+        _, calls = parse_tool_calls(self.fmt, self._text[: self._text.rindex(end) + len(end)])
+        return len(calls) > 1 and _key(calls[-1]) in {_key(c) for c in calls[:-1]}
+
     def finish(self, result: GenerationResult) -> tuple[str, GenerationResult]:
         """The text still to stream, and the result with its calls split from its content."""
         content, calls = parse_tool_calls(self.fmt, result.text) if self._holding else (result.text, [])
+        calls = _once(calls)
         if self.names is not None and any(c.name not in self.names for c in calls):
             content, calls = result.text, []
         if not calls:
@@ -144,3 +168,19 @@ class ToolCallFilter:
         tail = content[len(streamed) :] if content.startswith(streamed) else ""
         reason = "tool_calls" if result.finish_reason == "stop" else result.finish_reason
         return tail, replace(result, text=content, tool_calls=tuple(calls), finish_reason=reason)
+
+
+def _key(call: ToolCall) -> tuple[str, str]:
+    return call.name, call.arguments
+
+
+def _once(calls: list[ToolCall]) -> list[ToolCall]:
+    """Each call once, in the order first written (the same function with the same arguments again
+    does nothing more; a small model under a grammar repeats itself, see `repeated`)."""
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for call in calls:
+        if _key(call) not in seen:
+            seen.add(_key(call))
+            unique.append(call)
+    return unique

@@ -54,6 +54,7 @@ from localspec.types import (
     TokenChunk,
     TokenLogprob,
     callable_names,
+    parallel_calls,
 )
 
 if TYPE_CHECKING:
@@ -691,7 +692,11 @@ class Engine:
                 gen.stats.dropped_tokens,
             )
         calls = (
-            ToolCallFilter(tool_format, req.parallel_tool_calls, callable_names(req.tool_choice))
+            ToolCallFilter(
+                tool_format,
+                parallel_calls(req.parallel_tool_calls, req.tool_choice),
+                callable_names(req.tool_choice),
+            )
             if tool_format is not None
             else None
         )
@@ -706,6 +711,8 @@ class Engine:
                 out = replace(chunk, text=text, reasoning=reasoning)
             if calls is not None:
                 out = replace(out, text=calls.push(out.text))
+                if calls.repeated():
+                    gen.end()
             if job.stream:
                 job.put(out)
         assert gen.result is not None

@@ -31,7 +31,7 @@ from localspec.server.schemas import parse_body
 from localspec.server.schemas_responses import ResponsesBody, responses_request
 from localspec.server.state import server_state
 from localspec.server.streaming import respond
-from localspec.types import GenerationResult, TokenChunk, TokenLogprob
+from localspec.types import GenerationResult, TokenChunk, TokenLogprob, parallel_calls
 
 
 class ResponsesFormat:
@@ -127,7 +127,7 @@ class ResponsesFormat:
             "max_output_tokens": self.body.max_output_tokens,
             "model": self.model,
             "output": self._output(result) if result is not None else [],
-            "parallel_tool_calls": self.body.parallel_tool_calls,
+            "parallel_tool_calls": parallel_calls(self.body.parallel_tool_calls, self.body.choice()),
             "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None},
             "store": False,

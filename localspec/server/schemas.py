@@ -240,7 +240,9 @@ class ChatCompletionBody(_OpenAISampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     tools: list[Tool] | None = None
     tool_choice: OpenAIToolChoice | None = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = Field(
+        None, description="Unset: several calls where the model may call or not, one where it must call."
+    )
     response_format: ResponseFormat | None = None
     functions: list[dict[str, Any]] | None = Field(None, description="Deprecated by OpenAI; use tools.")
     # Refused by name rather than ignored: a client that asked for them would take a plain reply for theirs.

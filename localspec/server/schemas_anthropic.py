@@ -79,7 +79,7 @@ class AnthropicTool(_Body):
 class AnthropicToolChoice(_Body):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
-    disable_parallel_tool_use: bool = False
+    disable_parallel_tool_use: bool | None = None
 
     def to_choice(self) -> ToolChoice:
         if self.type == "tool":
@@ -230,7 +230,11 @@ class _AnthropicBase(_Body):
         return {
             "tools": self.tool_specs(),
             "tool_choice": choice.to_choice() if choice else "auto",
-            "parallel_tool_calls": not (choice and choice.disable_parallel_tool_use),
+            "parallel_tool_calls": (
+                None
+                if choice is None or choice.disable_parallel_tool_use is None
+                else not choice.disable_parallel_tool_use
+            ),
         }
 
 

@@ -132,7 +132,7 @@ class ResponsesBody(_Body):
     background: bool | None = None
     tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: Literal["auto", "none", "required"] | dict[str, Any] = "auto"
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = None  # unset: as chat's (GenerationRequest.parallel_tool_calls)
     text: dict[str, Any] | None = None
     speculative: SpeculativeOptions | None = None
     include: list[str] | None = None
