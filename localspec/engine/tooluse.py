@@ -141,11 +141,11 @@ class ToolCallFilter:
     def repeated(self) -> bool:
         """Whether the call just closed repeats an earlier one of this reply, word for word.
 
-        A small model held to calls by a grammar that allows more than one (tool_choice required,
-        parallel_tool_calls on, OpenAI's default) writes one after another until max_tokens: Qwen2.5-
-        Coder 1.5B asked for the weather wrote get_weather, get_time, get_weather, get_time... and
-        the reply ended at its length with the calls cut. The caller ends the reply at the first
-        repeat; `finish` keeps each call once."""
+        A small model held to calls by a grammar that allows more than one (tool_choice required
+        with parallel calls asked for) writes one after another until max_tokens: Qwen2.5-Coder 1.5B
+        asked for the weather, offered get_weather and get_time, wrote get_weather, get_time,
+        get_weather, get_time... and the reply ended at its length with the last call cut. The
+        caller ends the reply at the first repeat; `finish` keeps each call once."""
         end = self.fmt.end
         closed = self._text.count(end) if self._holding and end else 0
         if closed <= self._closed:
