@@ -31,6 +31,7 @@ from localspec.types import (
     GenerationRequest,
     GenerationResult,
     GenerationStats,
+    SpecParams,
     ToolCall,
     ToolSpec,
 )
@@ -267,6 +268,42 @@ def test_a_thinking_budget_bounds_the_analysis(models: Path, tools: tuple[ToolSp
         none = eng.generate(ask(thinking_budget=0, tools=tools))
     assert (one.reasoning, ample.reasoning, none.reasoning) == (" hello", REASONING, "")
     assert all("<|channel|>" not in r.text and "analysis" not in r.text for r in (one, ample, none))
+
+
+def test_a_drafted_end_of_message_leaves_the_grammar_as_it_was(models: Path) -> None:
+    """Walking a draft to find where the grammar forces its own tokens must leave the grammar where it
+    was: llguidance's rollback of gpt-oss's <|end|> (the analysis message's end, under the budget's
+    grammar) left the matcher stopped, allowing nothing but the end of generation."""
+    model = LlamaModel(models / "gpt-oss-tiny.gguf", LoadOptions(n_ctx=256, n_threads=1))
+    try:
+        hi = (ChatMessage("user", "hi"),)
+        request = GenerationRequest(messages=hi, tools=(WEATHER,), thinking_budget=50)
+        grammar = call_grammar_for(model, HARMONY, request)
+        assert grammar is not None
+        constraint = GrammarTokenizer(model).constraint(grammar)
+        for token in harmony_tokens(model, "<|channel|>analysis<|message|>hello"):
+            constraint.accept(token)
+        before = constraint.allowed().copy()
+        draft = model.tokenize("<|end|><|start|>assistant", add_special=False, parse_special=True)
+        assert constraint.valid_prefix(draft) == len(draft)
+        assert constraint.free_prefix(draft) >= 1
+        assert (constraint.allowed() == before).all() and not constraint.finished
+    finally:
+        model.close()
+
+
+def test_an_ngram_copy_of_the_last_reply_under_a_budget_is_judged_like_any_draft(models: Path) -> None:
+    """After a reply whose analysis a budget of 1 cut (` hello<|end|>...`), the n-gram drafter copies
+    that <|end|> after the next reply's first word: a budget of 50 must still give the whole
+    analysis, as plain decoding does (it gave ` hello` and an empty answer)."""
+    with engine(models / "gpt-oss-tiny.gguf") as eng:
+        replies = {}
+        for method in ("none", "ngram"):
+            eng.generate(ask(thinking_budget=1, speculative=SpecParams(method, 4)))
+            replies[method] = eng.generate(ask(thinking_budget=50, speculative=SpecParams(method, 4)))
+    assert replies["none"].reasoning == REASONING
+    assert replies["ngram"].token_ids == replies["none"].token_ids
+    assert replies["ngram"].stats.method_steps.get("ngram", 0) > 0  # it did draft
 
 
 def test_a_json_schema_holds_the_final_message(models: Path) -> None:
