@@ -75,10 +75,11 @@ class PiecedFence(MarkdownFence):
         if not isinstance(block, MarkdownFence):
             await super()._update_from_block(block)
             return
+        lexer = self.lexer  # the info string may still be arriving: ```py, then ```python
         self._copy_context(block)
         now = pieces(self.code)
         kept = max(len(self._drawn) - 1, 0)  # the last drawn piece may have grown
-        if now[:kept] != self._drawn[:kept] or block.lexer != self.lexer:
+        if now[:kept] != self._drawn[:kept] or self.lexer != lexer:
             await self._redraw(now)
             return
         labels = list(self.query_children(Label))
