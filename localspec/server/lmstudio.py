@@ -33,18 +33,10 @@ PREFIX = "/api/v0"
 LOCAL_PUBLISHER = "local"
 
 
-def served_context(state: ServerState, name: str) -> int:
-    """The context a model answers in: its engine's where it is loaded, the daemon's otherwise."""
-    res = state.pool.resident.get(name)
-    if res is not None and res.engine.info.n_ctx:
-        return res.engine.info.n_ctx
-    return state.config.n_ctx
-
-
 def _entry(state: ServerState, model: ServedModel) -> dict[str, Any]:
     info = model.info
     loaded = model.name in state.pool.resident
-    n_ctx = served_context(state, model.name)
+    n_ctx = state.served_context(model.name)
     return {
         "id": model.name,
         "object": "model",

@@ -123,16 +123,9 @@ async def ps(request: Request) -> Response:
     return JSONResponse({"models": [r for r in running if r is not None]})
 
 
-def _n_ctx(state: ServerState, model: ServedModel) -> int:
-    res = state.pool.resident.get(model.name)
-    if res is not None and res.engine.info.n_ctx:
-        return res.engine.info.n_ctx
-    return state.config.n_ctx
-
-
 def _show(state: ServerState, model: ServedModel) -> dict[str, Any]:
     info = model.info
-    n_ctx = _n_ctx(state, model)
+    n_ctx = state.served_context(model.name)
     caps = ollama_info.capabilities(info)
     tokens = read_tokens(info, cache_dir=Paths.from_env().cache_dir)
     template = ollama_template(info, tokens, caps)

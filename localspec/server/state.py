@@ -89,6 +89,14 @@ class ServerState:
         for res, keep_alive in scope.pop(LEASES, ()):
             self.pool.release(res, keep_alive)
 
+    def served_context(self, name: str) -> int:
+        """The context a model answers in: its engine's where it is loaded, the daemon's otherwise
+        (every model is served at one size; what /api/show and LM Studio's listing report)."""
+        res = self.pool.resident.get(name)
+        if res is not None and res.engine.info.n_ctx:
+            return res.engine.info.n_ctx
+        return self.config.n_ctx
+
     @property
     def embedder_loaded(self) -> bool:
         """Whether the embedding model has been loaded (by a first embeddings request)."""
