@@ -214,14 +214,12 @@ class Constraint:
         for token in tokens:
             if taken and probe.compute_ff_tokens():
                 break
-            if not probe.consume_token(token):
-                raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")
+            _consume(probe, token)
             taken += 1
         return taken
 
     def accept(self, token: int) -> None:
-        if not self._matcher.consume_token(token):
-            raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")
+        _consume(self._matcher, token)
 
     def forced(self) -> list[int]:
         """The tokens the grammar allows no alternative to from here (a free, almost always right draft)."""
@@ -231,3 +229,9 @@ class Constraint:
     def finished(self) -> bool:
         """Only end-of-generation may follow."""
         return bool(self._matcher.is_stopped())
+
+
+def _consume(matcher: llguidance.LLMatcher, token: int) -> None:
+    """`token` into `matcher`; only tokens it allowed are given, so a refusal is a bug of ours."""
+    if not matcher.consume_token(token):
+        raise LocalspecError(f"internal error: the grammar refused token {token} it had allowed")

@@ -13,18 +13,26 @@ has ended.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 from markdown_it.token import Token
 from textual.content import Content
 from textual.widgets import Label, Markdown
 from textual.widgets._markdown import MarkdownBlock, MarkdownFence
 
 PIECE_LINES = 32
+T = TypeVar("T")
+
+
+def _groups(lines: Sequence[T]) -> list[Sequence[T]]:
+    """`lines` in runs of PIECE_LINES, one a piece."""
+    return [lines[i : i + PIECE_LINES] for i in range(0, len(lines), PIECE_LINES)]
 
 
 def pieces(code: str) -> list[str]:
     """The code's lines in groups of PIECE_LINES, each group's lines joined."""
-    lines = code.split("\n")
-    return ["\n".join(lines[i : i + PIECE_LINES]) for i in range(0, len(lines), PIECE_LINES)]
+    return ["\n".join(group) for group in _groups(code.split("\n"))]
 
 
 class PiecedFence(MarkdownFence):
@@ -63,7 +71,7 @@ class PiecedFence(MarkdownFence):
     def _whole(self) -> list[Content]:
         """Each piece's share of the block highlighted whole (the lexer's state carried across)."""
         lines = self._highlight(self.code).split("\n", allow_blank=True)
-        return [Content("\n").join(lines[i : i + PIECE_LINES]) for i in range(0, len(lines), PIECE_LINES)]
+        return [Content("\n").join(group) for group in _groups(lines)]
 
     def compose(self):  # type: ignore[no-untyped-def]  # MarkdownFence's, untyped
         self._drawn = pieces(self.code)
