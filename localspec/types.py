@@ -235,6 +235,11 @@ class GenerationRequest:
     # past them a grammar closes the block and the answer follows. None: no bound.
     thinking_budget: int | None = None
 
+    @property
+    def parallel_calls(self) -> bool:
+        """Whether a reply may hold more than one call (the grammar and the call filter agree)."""
+        return parallel_calls(self.parallel_tool_calls, self.tool_choice)
+
 
 @dataclass
 class GenerationStats:

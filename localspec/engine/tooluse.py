@@ -29,7 +29,6 @@ from localspec.types import (
     GenerationResult,
     ToolCall,
     calls_optional,
-    parallel_calls,
 )
 
 
@@ -62,7 +61,7 @@ def call_grammar_for(
     or free text whose calls, once opened, must be valid (auto, where the model's markers allow);
     with `think`, after the thinking model's reasoning."""
     special = functools.partial(single_token, model)
-    parallel = parallel_calls(req.parallel_tool_calls, req.tool_choice)
+    parallel = req.parallel_calls
     if calls_optional(req.tool_choice):
         tools = callable_tools(req.tools, req.tool_choice)
         lazy = lazy_call_grammar(fmt, tools, parallel, special, req.thinking_budget)

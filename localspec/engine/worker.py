@@ -54,7 +54,6 @@ from localspec.types import (
     TokenChunk,
     TokenLogprob,
     callable_names,
-    parallel_calls,
 )
 
 if TYPE_CHECKING:
@@ -694,7 +693,7 @@ class Engine:
         calls = (
             ToolCallFilter(
                 tool_format,
-                parallel_calls(req.parallel_tool_calls, req.tool_choice),
+                req.parallel_calls,
                 callable_names(req.tool_choice),
             )
             if tool_format is not None

@@ -225,9 +225,10 @@ class AllowedFunction(_Body):
     name: str
 
 
-class AllowedToolsChoice(_Body):
-    """Calls to some of the tools only: `{"type": "allowed_tools", "mode", "tools": [{"type":
-    "function", "name"}]}` (hosted tools, which localspec has none of, are refused by name)."""
+class FlatAllowedToolsChoice(_Body):
+    """Calls to some of the tools only, in the Responses API's flat form (chat's nests them under
+    `allowed_tools`): `{"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}`
+    (hosted tools, which localspec has none of, are refused by name)."""
 
     type: Literal["allowed_tools"]
     mode: Literal["auto", "required"]
@@ -235,7 +236,7 @@ class AllowedToolsChoice(_Body):
 
 
 def _allowed_tools(choice: dict[str, Any]) -> AllowedTools:
-    allowed = _parse(AllowedToolsChoice, choice, "tool_choice")
+    allowed = _parse(FlatAllowedToolsChoice, choice, "tool_choice")
     return AllowedTools(tuple(t.name for t in allowed.tools), allowed.mode)
 
 
