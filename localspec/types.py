@@ -31,6 +31,13 @@ class ToolSpec:
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    # The schema a call's arguments are held to where it says more than `parameters` shows the
+    # model: a custom tool's grammar as its input's pattern (server.toolschemas.custom_tool_spec).
+    held_to: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    def arguments_schema(self) -> dict[str, Any]:
+        """What a call's arguments must be valid against (an object schema)."""
+        return dict(self.held_to or self.parameters) or {"type": "object", "properties": {}}
 
 
 # How tools may be used: "auto" (the model chooses), "none" (never), "required" (at least one

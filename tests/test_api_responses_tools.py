@@ -8,6 +8,7 @@ guarantees. The real, tool-trained model choosing a call itself is in test_api_a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,12 @@ ANSWER = {
     "additionalProperties": False,
 }
 GREEDY: dict[str, Any] = {"temperature": 0, "max_output_tokens": 160}
+# Custom tools: input as text, free or held to a grammar (a Lark one, a regular expression).
+SHELL: dict[str, Any] = {"type": "custom", "name": "shell", "description": "Run a command"}
+LARK: dict[str, Any] = {"type": "grammar", "syntax": "lark"}
+LS = 'start: "ls " FLAG? NAME\nFLAG: "-" ("l" | "a") " "\nNAME: /[a-z]{1,8}/\n'
+LS_TEXT = re.compile(r"ls (-[la] )?[a-z]{1,8}")
+STAMP = r"[0-9]{4}-[0-9]{2} [A-Z][a-z]{0,6}"
 ALLOWED = {"type": "allowed_tools"}
 NOPE = {"type": "function", "name": "nope"}
 
@@ -234,10 +241,27 @@ def test_text_format_json_schema_and_json_object(client: openai.OpenAI) -> None:
             "text.format",
         ),
         (
-            {"input": [{"type": "custom_tool_call", "call_id": "c", "name": "x", "input": ""}]},
-            "'custom_tool_call'",
+            {"input": [{"type": "web_search_call", "id": "ws_1", "status": "completed"}]},
+            "'web_search_call' items are not supported",
             "input.0",
         ),
+        (
+            {"tools": [{**SHELL, "format": {**LARK, "definition": 'start: "(" start ")" | "x"'}}]},
+            "recursive (start -> start)",
+            "tools.0.format.definition",
+        ),
+        (
+            {"tools": [{**SHELL, "format": {**LARK, "definition": 'start: "a"\n%ignore " "'}}]},
+            "%ignore",
+            "tools.0.format.definition",
+        ),
+        (
+            {"tools": [{**SHELL, "format": {"type": "grammar", "syntax": "regex", "definition": "(a"}}]},
+            "tools.0.format.definition: ",
+            "tools.0.format.definition",
+        ),
+        ({"tools": [{**SHELL, "format": {"type": "grammar"}}]}, "syntax and definition", "tools.0.format"),
+        ({"tools": [SHELL], "tool_choice": {"type": "custom", "name": "nope"}}, "'nope'", "tool_choice"),
     ],
 )
 def test_tool_errors_are_clear_400s(daemon: Daemon, extra: dict[str, Any], words: str, param: str) -> None:
@@ -259,3 +283,106 @@ def test_the_sdks_stream_helper_accumulates_the_call(client: openai.OpenAI) -> N
     (call,) = final.output
     assert call.type == "function_call" and call.name == "get_weather" and call.arguments == arguments
     jsonschema_rs.validator_for(CITY).validate(json.loads(arguments))
+
+
+def test_a_custom_tools_input_is_held_to_its_lark_grammar_and_comes_back_as_text(
+    client: openai.OpenAI,
+) -> None:
+    tool: Any = {**SHELL, "format": {**LARK, "definition": LS}}
+    choice: Any = {"type": "custom", "name": "shell"}
+    kw: dict[str, Any] = {"model": "tiny-tools", "input": "list", "tools": [tool], **GREEDY}
+    out = client.responses.create(tool_choice=choice, **kw)
+    (item,) = out.output
+    assert item.type == "custom_tool_call" and item.name == "shell" and item.call_id.startswith("call_")
+    # The text itself, not the JSON call the model wrote it in: what the grammar describes.
+    assert LS_TEXT.fullmatch(item.input), item.input
+    assert out.tools[0].type == "custom" and out.tool_choice.type == "custom"
+    # required and allowed_tools hold it the same way; the same greedy call each time.
+    assert client.responses.create(tool_choice="required", **kw).output[0].input == item.input
+    only: Any = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "custom", "name": "shell"}]}
+    assert client.responses.create(tool_choice=only, **kw).output[0].input == item.input
+
+
+def test_a_regex_custom_tool_and_free_text_one(client: openai.OpenAI) -> None:
+    stamp: Any = {
+        **SHELL,
+        "name": "stamp",
+        "format": {"type": "grammar", "syntax": "regex", "definition": STAMP},
+    }
+    free: Any = {**SHELL, "name": "note"}  # no format: unconstrained text
+    choice: Any = {"type": "custom", "name": "stamp"}
+    out = client.responses.create(
+        model="tiny-tools", input="go", tools=[stamp, free], tool_choice=choice, **GREEDY
+    )
+    (item,) = out.output
+    assert item.type == "custom_tool_call" and item.name == "stamp" and re.fullmatch(STAMP, item.input)
+    # Free text has no end a grammar could force: the random model's string runs to max_output_tokens,
+    # the call cut, so the response is incomplete (a real model closes its string itself).
+    named: Any = {"type": "custom", "name": "note"}
+    cut = client.responses.create(
+        model="tiny-tools", input="go", tools=[stamp, free], tool_choice=named, **GREEDY
+    )
+    assert cut.status == "incomplete" and [t.type for t in cut.tools] == ["custom", "custom"]
+
+
+def test_a_custom_call_streams_as_custom_tool_call_input_events(client: openai.OpenAI) -> None:
+    tool: Any = {**SHELL, "format": {**LARK, "definition": LS}}
+    kw: dict[str, Any] = {
+        "model": "tiny-tools",
+        "input": "list",
+        "tools": [tool],
+        "tool_choice": "required",
+        **GREEDY,
+    }
+    (whole,) = client.responses.create(**kw).output
+    events = list(client.responses.create(stream=True, **kw))
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    added, delta, done_input, done = events[2:6]
+    assert added.item.type == "custom_tool_call" and added.item.input == ""
+    assert delta.delta == done_input.input == done.item.input == whole.input
+    assert delta.item_id == done.item.id == added.item.id and done.item.id.startswith("ctc_")
+
+
+def test_a_custom_call_and_its_output_render_as_the_same_call_in_chat(
+    client: openai.OpenAI, daemon: Daemon
+) -> None:
+    tool: Any = {**SHELL, "format": {**LARK, "definition": LS}}
+    items: list[Any] = [
+        {"role": "user", "content": "list"},
+        {"type": "custom_tool_call", "call_id": "call_1", "name": "shell", "input": "ls -l src"},
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "a.py\nb.py"},
+    ]
+    out = client.responses.create(
+        model="tiny-tools", input=items, tools=[tool], max_output_tokens=1, temperature=0
+    )
+    # Chat's view of the same: a function of one string, called with {"input": ...}.
+    (spec,) = [t for t in out.tools if t.type == "custom"]
+    assert spec.name == "shell"
+    chat_body = {
+        "model": "tiny-tools",
+        "max_tokens": 1,
+        "temperature": 0,
+        "tools": [{"type": "function", "function": {
+            "name": "shell",
+            "description": "Run a command\n\nThe input is text that a Lark grammar holds:\n" + LS,
+            "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+                           "required": ["input"], "additionalProperties": False},
+        }}],
+        "messages": [
+            {"role": "user", "content": "list"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+             "function": {"name": "shell", "arguments": json.dumps({"input": "ls -l src"})}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "a.py\nb.py"},
+        ],
+    }  # fmt: skip
+    with daemon.http() as http:
+        chat = http.post("/v1/chat/completions", json=chat_body).json()
+    assert out.usage is not None and out.usage.input_tokens == chat["usage"]["prompt_tokens"]

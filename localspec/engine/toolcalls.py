@@ -215,7 +215,7 @@ def _harmony_arguments(tool: ToolSpec) -> str:
     spaced (constraint.HARMONY_JSON_OPTIONS)."""
     from localspec.engine.constraint import HARMONY_JSON_OPTIONS
 
-    params = dict(tool.parameters) or {"type": "object", "properties": {}}
+    params = tool.arguments_schema()
     return _json({**params, "x-guidance": HARMONY_JSON_OPTIONS})
 
 
@@ -227,7 +227,7 @@ def _one_call(fmt: ToolFormat, tools: Sequence[ToolSpec], choice: ToolChoice) ->
 
 
 def _call_schema(fmt: ToolFormat, tool: ToolSpec) -> dict[str, Any]:
-    params = dict(tool.parameters) or {"type": "object", "properties": {}}
+    params = tool.arguments_schema()
     return {
         "type": "object",
         "properties": {"name": {"const": tool.name}, fmt.args_key: params},

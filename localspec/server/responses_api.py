@@ -9,7 +9,8 @@ response.output_item.done), for the message response.output_item.added,
 response.content_part.added, response.output_text.delta..., response.output_text.done,
 response.content_part.done, response.output_item.done; for each function call
 response.output_item.added, response.function_call_arguments.delta and .done,
-response.output_item.done; then response.completed (response.incomplete when
+response.output_item.done (a custom tool's: response.custom_tool_call_input.delta and
+.done between them); then response.completed (response.incomplete when
 max_output_tokens cut it short).
 """
 
@@ -31,7 +32,8 @@ from localspec.server.schemas import parse_body
 from localspec.server.schemas_responses import ResponsesBody, responses_request
 from localspec.server.state import server_state
 from localspec.server.streaming import respond
-from localspec.types import GenerationResult, TokenChunk, TokenLogprob, parallel_calls
+from localspec.server.toolschemas import custom_input
+from localspec.types import GenerationResult, TokenChunk, TokenLogprob, ToolCall, parallel_calls
 
 
 class ResponsesFormat:
@@ -82,19 +84,11 @@ class ResponsesFormat:
         }
 
     def _call_items(self, result: GenerationResult) -> list[dict[str, Any]]:
-        """The result's calls as function_call items, made once so stream and body share their ids."""
+        """The result's calls as function_call items (custom_tool_call for a custom tool's), made
+        once so stream and body share their ids."""
         if self._calls is None:
-            self._calls = [
-                {
-                    "id": "fc_" + uuid.uuid4().hex[:24],
-                    "type": "function_call",
-                    "status": "completed",
-                    "call_id": "call_" + uuid.uuid4().hex[:24],
-                    "name": c.name,
-                    "arguments": c.arguments,
-                }
-                for c in result.tool_calls
-            ]
+            custom = self.body.custom_names()
+            self._calls = [_call_item(c, c.name in custom) for c in result.tool_calls]
         return self._calls
 
     def _reasoning_item(self, text: str | None) -> dict[str, Any]:
@@ -230,15 +224,20 @@ class ResponsesFormat:
 
     def _call_events(self, index: int, item: dict[str, Any]) -> bytes:
         at = {"item_id": item["id"], "output_index": index}
+        field, kind = (
+            ("input", "custom_tool_call_input")
+            if "input" in item
+            else ("arguments", "function_call_arguments")
+        )
         return b"".join(
             [
                 self._event(
                     "response.output_item.added",
                     output_index=index,
-                    item={**item, "status": "in_progress", "arguments": ""},
+                    item={**item, "status": "in_progress", field: ""},
                 ),
-                self._event("response.function_call_arguments.delta", **at, delta=item["arguments"]),
-                self._event("response.function_call_arguments.done", **at, arguments=item["arguments"]),
+                self._event(f"response.{kind}.delta", **at, delta=item[field]),
+                self._event(f"response.{kind}.done", **at, **{field: item[field]}),
                 self._event("response.output_item.done", output_index=index, item=item),
             ]
         )
@@ -260,6 +259,28 @@ class ResponsesFormat:
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
         return self._response(result)
+
+
+def _call_item(call: ToolCall, custom: bool) -> dict[str, Any]:
+    """A call as an output item: a function_call, or a custom tool's custom_tool_call (its input the text)."""
+    call_id = "call_" + uuid.uuid4().hex[:24]
+    if custom:
+        return {
+            "id": "ctc_" + uuid.uuid4().hex[:24],
+            "type": "custom_tool_call",
+            "status": "completed",
+            "call_id": call_id,
+            "name": call.name,
+            "input": custom_input(call.arguments),
+        }
+    return {
+        "id": "fc_" + uuid.uuid4().hex[:24],
+        "type": "function_call",
+        "status": "completed",
+        "call_id": call_id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
 
 
 def _reasoning_part(text: str) -> dict[str, Any]:

@@ -4,21 +4,30 @@ The daemon keeps no state between requests, so what needs it is refused by
 name: `store: true`, `previous_response_id`, `conversation`, `background`.
 Reasoning items a client sends back are skipped (this model writes none).
 Function tools work as in chat: `function_call` items become an assistant turn's
-calls, `function_call_output` items `tool` turns; `text.format` json_object or
-json_schema is structured output. Images, files and built-in tools (web_search,
-file_search, ...) are refused, each with a clear 400.
+calls, `function_call_output` items `tool` turns. Custom tools (input as text, free or
+held to a Lark grammar or a regular expression: server.toolschemas.CustomDef) are
+called as functions of one string, their `custom_tool_call` and
+`custom_tool_call_output` items alike. `text.format` json_object or json_schema is
+structured output. Images, files and built-in tools (web_search, file_search, ...)
+are refused, each with a clear 400.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from localspec.errors import UserInputError
 from localspec.server.refusals import NO_VISION
 from localspec.server.schemas import SpeculativeOptions, _Body, spec_params
-from localspec.server.toolschemas import MAX_TOOLS, NAME_PATTERN, checked_schema
+from localspec.server.toolschemas import (
+    MAX_TOOLS,
+    NAME_PATTERN,
+    CustomDef,
+    checked_schema,
+    custom_arguments,
+)
 from localspec.types import (
     MAX_TOP_LOGPROBS,
     AllowedTools,
@@ -40,7 +49,8 @@ _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 
 
 class InputItem(_Body):
-    """One input item: a message (with or without `type: message`), a function call or its output."""
+    """One input item: a message (with or without `type: message`), a function or custom tool's
+    call, or its output."""
 
     type: str = "message"
     role: Literal["user", "assistant", "system", "developer"] | None = None
@@ -49,6 +59,7 @@ class InputItem(_Body):
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
+    input: str | None = None  # a custom tool's call
     output: str | list[dict[str, Any]] | None = None
 
 
@@ -61,12 +72,21 @@ class FunctionTool(_Body):
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
-    def to_spec(self) -> ToolSpec:
+    def to_spec(self, where: str) -> ToolSpec:
         parameters = self.parameters or {"type": "object", "properties": {}}
         return ToolSpec(self.name, self.description or "", parameters)
 
     def echo(self) -> dict[str, Any]:
         return {"type": "function", **self.model_dump(exclude={"type"})}
+
+
+class CustomTool(CustomDef):
+    """A tool whose input is text: `{"type": "custom", "name", "description", "format"}`."""
+
+    type: Literal["custom"]
+
+    def echo(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
 
 
 def _content_text(content: str | list[dict[str, Any]] | None, where: str) -> str:
@@ -84,10 +104,11 @@ def _content_text(content: str | list[dict[str, Any]] | None, where: str) -> str
 
 
 def _add_call(turns: list[ChatMessage], item: InputItem, where: str) -> None:
-    """A function_call joins the assistant turn before it (text and calls are one turn in chat)."""
+    """A call joins the assistant turn before it (text and calls are one turn in chat)."""
     if not item.name:
-        raise UserInputError(f"{where}: a function_call needs a name", param=where)
-    call = ToolCall(item.name, item.arguments or "{}", item.call_id or "")
+        raise UserInputError(f"{where}: a {item.type} needs a name", param=where)
+    arguments = custom_arguments(item.input or "") if item.type == "custom_tool_call" else item.arguments
+    call = ToolCall(item.name, arguments or "{}", item.call_id or "")
     last = turns[-1] if turns else None
     if last is not None and last.role == "assistant":
         turns[-1] = ChatMessage("assistant", last.content, (*last.tool_calls, call))
@@ -98,10 +119,10 @@ def _add_call(turns: list[ChatMessage], item: InputItem, where: str) -> None:
 def _add_item(turns: list[ChatMessage], item: InputItem, where: str, names: dict[str, str]) -> None:
     if item.type == "reasoning":
         return
-    if item.type == "function_call":
+    if item.type in ("function_call", "custom_tool_call"):
         _add_call(turns, item, where)
         names[item.call_id or ""] = item.name or ""
-    elif item.type == "function_call_output":
+    elif item.type in ("function_call_output", "custom_tool_call_output"):
         text = _content_text(item.output, f"{where}.output")
         call_id = item.call_id or ""
         turns.append(ChatMessage("tool", text, tool_call_id=call_id, name=names.get(call_id)))
@@ -110,8 +131,8 @@ def _add_item(turns: list[ChatMessage], item: InputItem, where: str, names: dict
         turns.append(ChatMessage(role, _content_text(item.content, f"{where}.content")))
     else:
         raise UserInputError(
-            f"{where}: {item.type!r} items are not supported; send messages, function_call and "
-            "function_call_output items",
+            f"{where}: {item.type!r} items are not supported; send messages, function_call, "
+            "custom_tool_call and their output items",
             param=where,
         )
 
@@ -165,18 +186,26 @@ class ResponsesBody(_Body):
                 "background responses are not supported; localspec answers at once", param="background"
             )
 
-    def function_tools(self) -> list[FunctionTool]:
-        """The tools, each a function; a built-in tool (web_search, ...) is refused by its type."""
-        out: list[FunctionTool] = []
+    def function_tools(self) -> list[FunctionTool | CustomTool]:
+        """The tools, functions and custom ones; a built-in tool (web_search, ...) is refused by its type."""
+        out: list[FunctionTool | CustomTool] = []
         for i, tool in enumerate(self.tools or ()):
             kind = tool.get("type")
-            if kind != "function":
+            if kind not in ("function", "custom"):
                 raise UserInputError(
-                    f"tools.{i}: {kind!r} tools are not supported; localspec serves function tools",
+                    f"tools.{i}: {kind!r} tools are not supported; localspec serves function and "
+                    "custom tools",
                     param=f"tools.{i}",
                 )
-            out.append(_parse(FunctionTool, tool, f"tools.{i}"))
+            where = f"tools.{i}"
+            out.append(
+                _parse(FunctionTool, tool, where) if kind == "function" else _parse(CustomTool, tool, where)
+            )
         return out
+
+    def custom_names(self) -> frozenset[str]:
+        """The custom tools' names: their calls go back as custom_tool_call items."""
+        return frozenset(t.name for t in self.function_tools() if isinstance(t, CustomTool))
 
     def choice(self) -> ToolChoice:
         choice = self.tool_choice
@@ -184,10 +213,10 @@ class ResponsesBody(_Body):
             return choice
         if choice.get("type") == "allowed_tools":
             return _allowed_tools(choice)
-        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+        if choice.get("type") not in ("function", "custom") or not isinstance(choice.get("name"), str):
             raise UserInputError(
-                'tool_choice must be "auto", "none", "required", {"type": "function", "name": ...} '
-                'or {"type": "allowed_tools", "mode": ..., "tools": [...]}',
+                'tool_choice must be "auto", "none", "required", {"type": "function", "name": ...}, '
+                '{"type": "custom", "name": ...} or {"type": "allowed_tools", "mode": ..., "tools": [...]}',
                 param="tool_choice",
             )
         return NamedTool(choice["name"])
@@ -221,7 +250,7 @@ class ResponsesBody(_Body):
 
 
 class AllowedFunction(_Body):
-    type: Literal["function"]
+    type: Literal["function", "custom"]
     name: str
 
 
@@ -240,7 +269,7 @@ def _allowed_tools(choice: dict[str, Any]) -> AllowedTools:
     return AllowedTools(tuple(t.name for t in allowed.tools), allowed.mode)
 
 
-_Parsed = TypeVar("_Parsed", bound=_Body)
+_Parsed = TypeVar("_Parsed", bound=BaseModel)
 
 
 def _parse(model: type[_Parsed], data: dict[str, Any], where: str) -> _Parsed:
@@ -262,7 +291,7 @@ def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> 
         max_tokens=body.max_output_tokens or unlimited,
         sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p),
         speculative=spec_params(body.speculative, spec),
-        tools=tuple(t.to_spec() for t in body.function_tools()),
+        tools=tuple(t.to_spec(f"tools.{i}") for i, t in enumerate(body.function_tools())),
         tool_choice=body.choice(),
         parallel_tool_calls=body.parallel_tool_calls,
         json_schema=body.output_schema(),

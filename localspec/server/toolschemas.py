@@ -44,6 +44,77 @@ class Tool(_Body):
         return ToolSpec(f.name, f.description, f.parameters)
 
 
+# --- custom tools: input as text, not JSON -----------------------------------------------------
+# OpenAI's custom tools (`{"type": "custom", "name", "description", "format"}`: the Responses API's
+# shape, chat's nests it under `custom`) take their input as text, free or held to a grammar (Lark
+# or a regular expression; Codex's apply_patch is one). The model sees a function whose one
+# parameter is that text, and writes the call as it writes any; the grammar, where there is one,
+# holds the call's string as its pattern (engine.lark_regex), and the reply gives the text back
+# as a custom tool call.
+CUSTOM_INPUT = "input"
+_CUSTOM_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {CUSTOM_INPUT: {"type": "string"}},
+    "required": [CUSTOM_INPUT],
+    "additionalProperties": False,
+}
+
+
+class CustomFormat(_Body):
+    """A custom tool's input: free text, or text a grammar holds (`syntax` lark or regex)."""
+
+    type: Literal["text", "grammar"]
+    syntax: Literal["lark", "regex"] | None = None
+    definition: str | None = None
+
+
+class CustomDef(_Body):
+    name: str = Field(..., pattern=NAME_PATTERN)
+    description: str | None = None
+    format: CustomFormat | None = None
+
+    def to_spec(self, where: str) -> ToolSpec:
+        fmt = self.format
+        description = self.description or ""
+        if fmt is None or fmt.type == "text":
+            return ToolSpec(self.name, description, _CUSTOM_PARAMETERS)
+        if fmt.syntax is None or not fmt.definition:
+            raise UserInputError(
+                f"{where}.format: a grammar needs its syntax and definition", param=f"{where}.format"
+            )
+        pattern = _custom_pattern(fmt.syntax, fmt.definition, f"{where}.format.definition")
+        shown = "a regular expression" if fmt.syntax == "regex" else "a Lark grammar"
+        described = f"{description}\n\nThe input is text that {shown} holds:\n{fmt.definition}".lstrip()
+        held = {**_CUSTOM_PARAMETERS, "properties": {CUSTOM_INPUT: {"type": "string", "pattern": pattern}}}
+        return ToolSpec(self.name, described, _CUSTOM_PARAMETERS, held_to=held)
+
+
+def _custom_pattern(syntax: str, definition: str, where: str) -> str:
+    """The grammar as the pattern of a JSON string (llguidance unescapes the string to match it),
+    anchored, checked."""
+    from localspec.engine.lark_regex import lark_regex
+
+    pattern = lark_regex(definition, where) if syntax == "lark" else f"^(?:{definition})$"
+    json_schema_grammar({"type": "string", "pattern": pattern}, where)
+    return pattern
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's input from its call's arguments (the text itself where they are not the
+    object the tool's parameters describe: a model no grammar held)."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        return arguments
+    text = args.get(CUSTOM_INPUT) if isinstance(args, dict) else None
+    return text if isinstance(text, str) else arguments
+
+
+def custom_arguments(text: str) -> str:
+    """A custom tool's input (a client sends its earlier calls back) as the call's arguments."""
+    return json.dumps({CUSTOM_INPUT: text})
+
+
 class FunctionName(_Body):
     name: str
 
