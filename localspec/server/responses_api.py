@@ -263,23 +263,18 @@ class ResponsesFormat:
 
 def _call_item(call: ToolCall, custom: bool) -> dict[str, Any]:
     """A call as an output item: a function_call, or a custom tool's custom_tool_call (its input the text)."""
-    call_id = "call_" + uuid.uuid4().hex[:24]
-    if custom:
-        return {
-            "id": "ctc_" + uuid.uuid4().hex[:24],
-            "type": "custom_tool_call",
-            "status": "completed",
-            "call_id": call_id,
-            "name": call.name,
-            "input": custom_input(call.arguments),
-        }
+    kind, prefix, field, value = (
+        ("custom_tool_call", "ctc_", "input", custom_input(call.arguments))
+        if custom
+        else ("function_call", "fc_", "arguments", call.arguments)
+    )
     return {
-        "id": "fc_" + uuid.uuid4().hex[:24],
-        "type": "function_call",
+        "id": prefix + uuid.uuid4().hex[:24],
+        "type": kind,
         "status": "completed",
-        "call_id": call_id,
+        "call_id": "call_" + uuid.uuid4().hex[:24],
         "name": call.name,
-        "arguments": call.arguments,
+        field: value,
     }
 
 
