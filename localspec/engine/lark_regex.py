@@ -103,7 +103,7 @@ class _Grammar:
         self._open: list[str] = []
 
     def fail(self, message: str) -> UserInputError:
-        return UserInputError(f"{self._param}: {message}", param=self._param)
+        return _fail(self._param, message)
 
     def regex(self, name: str) -> str:
         if name in self._done:
@@ -249,9 +249,7 @@ class _Parser:
         if tok.kind == "raw":
             return f"(?:{tok.text})"
         if tok.kind == "directive":
-            raise self._g.fail(
-                f"line {tok.line}: {_UNSUPPORTED.get(tok.text, tok.text + ' is not supported')}"
-            )
+            raise self._g.fail(f"line {tok.line}: {_unsupported(tok.text)}")
         if tok.kind == "special" or tok.text == "&":
             raise self._g.fail(
                 f"line {tok.line}: {tok.text!r} (llguidance's special tokens and operators) is not "
@@ -272,15 +270,25 @@ _CLASS_META = set("\\]^-[&~")
 
 
 def _literal(c: str) -> str:
-    if c in _META:
-        return "\\" + c
-    return c if c.isprintable() else f"\\x{{{ord(c):x}}}"
+    return _escaped(c, _META)
 
 
 def _in_class(c: str) -> str:
-    if c in _CLASS_META:
+    return _escaped(c, _CLASS_META)
+
+
+def _escaped(c: str, meta: set[str]) -> str:
+    if c in meta:
         return "\\" + c
     return c if c.isprintable() else f"\\x{{{ord(c):x}}}"
+
+
+def _fail(param: str, message: str) -> UserInputError:
+    return UserInputError(f"{param}: {message}", param=param)
+
+
+def _unsupported(directive: str) -> str:
+    return _UNSUPPORTED.get(directive, f"{directive} is not supported")
 
 
 def _tokens(text: str, param: str) -> Iterator[_Tok]:
@@ -292,7 +300,7 @@ def _tokens(text: str, param: str) -> Iterator[_Tok]:
             yield _Tok("newline", value, line)
             line += 1
         elif kind == "other":
-            raise UserInputError(f"{param}: line {line}: unexpected {value!r} in the grammar", param=param)
+            raise _fail(param, f"line {line}: unexpected {value!r} in the grammar")
         elif kind not in ("space", "comment"):
             yield _Tok(kind, value, line)
 
@@ -304,8 +312,7 @@ def _statements(tokens: list[_Tok]) -> Iterator[list[_Tok]]:
     depth = 0
     for i, tok in enumerate(tokens):
         if tok.kind == "newline":
-            following = next((t for t in tokens[i + 1 :] if t.kind != "newline"), None)
-            if depth == 0 and not (following is not None and following.text == "|"):
+            if depth == 0 and not _goes_on(tokens, i + 1):
                 if current:
                     yield current
                 current = []
@@ -319,6 +326,13 @@ def _statements(tokens: list[_Tok]) -> Iterator[list[_Tok]]:
         yield current
 
 
+def _goes_on(tokens: list[_Tok], at: int) -> bool:
+    """Whether the first token from `at` past blank lines is `|` (the statement goes on)."""
+    while at < len(tokens) and tokens[at].kind == "newline":
+        at += 1
+    return at < len(tokens) and tokens[at].text == "|"
+
+
 def _definitions(text: str, param: str, bodies: dict[str, list[_Tok]]) -> None:
     for statement in _statements(list(_tokens(text, param))):
         if len(statement) > 1 and statement[0].text in ("?", "!") and statement[1].kind == "name":
@@ -328,13 +342,10 @@ def _definitions(text: str, param: str, bodies: dict[str, list[_Tok]]) -> None:
             _directive(head, statement[1:], param, bodies)
             continue
         if head.kind != "name" or len(statement) < 2 or statement[1].text != ":":
-            raise UserInputError(
-                f"{param}: line {head.line}: expected a definition (`name: ...`), found {head.text!r}",
-                param=param,
-            )
+            raise _fail(param, f"line {head.line}: expected a definition (`name: ...`), found {head.text!r}")
         name = head.text.split(".")[0]
         if name in bodies:
-            raise UserInputError(f"{param}: line {head.line}: {name!r} is defined twice", param=param)
+            raise _fail(param, f"line {head.line}: {name!r} is defined twice")
         bodies[name] = statement[2:]
 
 
@@ -342,21 +353,20 @@ def _directive(head: _Tok, rest: list[_Tok], param: str, bodies: dict[str, list[
     if head.text == "%llguidance":  # options for llguidance's own parser: nothing to hold here
         return
     if head.text != "%import":
-        why = _UNSUPPORTED.get(head.text, f"{head.text} is not supported")
-        raise UserInputError(f"{param}: line {head.line}: {why}", param=param)
+        raise _fail(param, f"line {head.line}: {_unsupported(head.text)}")
     names = _imported(rest)
     if names is None:
-        raise UserInputError(
-            f"{param}: line {head.line}: only lark's common terminals can be imported "
+        raise _fail(
+            param,
+            f"line {head.line}: only lark's common terminals can be imported "
             "(`%import common.LF`, `%import common (LF, WS)`)",
-            param=param,
         )
     common: dict[str, list[_Tok]] = {}
     _definitions(COMMON, param, common)
     resolved = _Grammar(common, param)  # common's own names stay its own, as lark keeps them apart
     for name, alias in names:
         if name not in common:
-            raise UserInputError(f"{param}: line {head.line}: common has no {name!r}", param=param)
+            raise _fail(param, f"line {head.line}: common has no {name!r}")
         bodies[alias] = [_Tok("raw", resolved.regex(name), head.line)]
 
 
@@ -379,5 +389,5 @@ def lark_regex(definition: str, param: str) -> str:
     bodies: dict[str, list[_Tok]] = {}
     _definitions(definition, param, bodies)
     if START not in bodies:
-        raise UserInputError(f"{param}: the grammar has no `start` rule", param=param)
+        raise _fail(param, "the grammar has no `start` rule")
     return f"^(?:{_Grammar(bodies, param).regex(START)})$"
