@@ -128,7 +128,7 @@ class ResponsesFormat:
             "temperature": self.body.temperature,
             "text": {"format": self.body.format()},
             "tool_choice": self.body.tool_choice,
-            "tools": [t.echo() for t in self.body.function_tools()],
+            "tools": [t.echo() for t in self.body.given_tools],
             "top_p": self.body.top_p,
             "truncation": self.body.truncation,
             "metadata": {},

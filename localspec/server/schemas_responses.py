@@ -14,6 +14,7 @@ are refused, each with a clear 400.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
@@ -186,8 +187,10 @@ class ResponsesBody(_Body):
                 "background responses are not supported; localspec answers at once", param="background"
             )
 
-    def function_tools(self) -> list[FunctionTool | CustomTool]:
-        """The tools, functions and custom ones; a built-in tool (web_search, ...) is refused by its type."""
+    @cached_property
+    def given_tools(self) -> list[FunctionTool | CustomTool]:
+        """The tools, functions and custom ones; a built-in tool (web_search, ...) is refused by its type.
+        Parsed once: the request, the custom calls' items and the response's echo all read them."""
         out: list[FunctionTool | CustomTool] = []
         for i, tool in enumerate(self.tools or ()):
             kind = tool.get("type")
@@ -205,7 +208,7 @@ class ResponsesBody(_Body):
 
     def custom_names(self) -> frozenset[str]:
         """The custom tools' names: their calls go back as custom_tool_call items."""
-        return frozenset(t.name for t in self.function_tools() if isinstance(t, CustomTool))
+        return frozenset(t.name for t in self.given_tools if isinstance(t, CustomTool))
 
     def choice(self) -> ToolChoice:
         choice = self.tool_choice
@@ -291,7 +294,7 @@ def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> 
         max_tokens=body.max_output_tokens or unlimited,
         sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p),
         speculative=spec_params(body.speculative, spec),
-        tools=tuple(t.to_spec(f"tools.{i}") for i, t in enumerate(body.function_tools())),
+        tools=tuple(t.to_spec(f"tools.{i}") for i, t in enumerate(body.given_tools)),
         tool_choice=body.choice(),
         parallel_tool_calls=body.parallel_tool_calls,
         json_schema=body.output_schema(),
