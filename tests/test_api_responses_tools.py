@@ -19,6 +19,7 @@ import pytest
 import tinymodels
 from daemonproc import Daemon, start_daemon
 from openai.types.responses import FunctionToolParam
+from test_lark_regex import APPLY_PATCH
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,7 +62,9 @@ NOPE = {"type": "function", "name": "nope"}
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Iterator[Daemon]:
     target = tinymodels.write_tool_target(tiny_dir / "tiny-tools.gguf")
-    d = start_daemon(tmp_path_factory.mktemp("responses-tools-home"), target, ctx=1024)
+    d = start_daemon(
+        tmp_path_factory.mktemp("responses-tools-home"), target, ctx=2048
+    )  # Codex's apply_patch tool alone is ~1,000 tiny-vocab tokens
     yield d
     assert d.stop() == 0, d.log()
 
@@ -386,3 +389,18 @@ def test_a_custom_call_and_its_output_render_as_the_same_call_in_chat(
     with daemon.http() as http:
         chat = http.post("/v1/chat/completions", json=chat_body).json()
     assert out.usage is not None and out.usage.input_tokens == chat["usage"]["prompt_tokens"]
+
+
+def test_codexs_apply_patch_tool_is_taken_as_codex_sends_it(client: openai.OpenAI) -> None:
+    # codex-rs's freeform apply_patch tool: its shape and grammar as it sends them.
+    tool: Any = {
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Use the `apply_patch` tool to edit files. This is a FREEFORM tool.",
+        "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH},
+    }
+    out = client.responses.create(
+        model="tiny-tools", input="edit", tools=[tool], max_output_tokens=2, temperature=0
+    )
+    assert out.status == "incomplete" and out.tools[0].type == "custom" and out.tools[0].name == "apply_patch"
+    assert out.tools[0].format is not None and out.tools[0].format.definition == APPLY_PATCH

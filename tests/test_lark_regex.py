@@ -14,7 +14,7 @@ from localspec.engine.constraint import JSON_OPTIONS
 from localspec.engine.lark_regex import lark_regex
 from localspec.errors import UserInputError
 
-# Codex's apply_patch tool, as it sends it to GPT-5 models (codex-rs's tool_apply_patch.lark).
+# Codex's apply_patch tool's grammar, byte for byte as codex-rs sends it (tool_apply_patch.lark).
 APPLY_PATCH = r"""start: begin_patch hunk+ end_patch
 begin_patch: "*** Begin Patch" LF
 end_patch: "*** End Patch" LF?
@@ -24,6 +24,7 @@ add_hunk: "*** Add File: " filename LF add_line+
 delete_hunk: "*** Delete File: " filename LF
 update_hunk: "*** Update File: " filename LF change_move? change?
 
+# core/src/tools/handlers/tool_apply_patch.lark
 filename: /(.+)/
 add_line: "+" /(.*)/ LF -> line
 
