@@ -62,9 +62,8 @@ NOPE = {"type": "function", "name": "nope"}
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> Iterator[Daemon]:
     target = tinymodels.write_tool_target(tiny_dir / "tiny-tools.gguf")
-    d = start_daemon(
-        tmp_path_factory.mktemp("responses-tools-home"), target, ctx=2048
-    )  # Codex's apply_patch tool alone is ~1,000 tiny-vocab tokens
+    # 2048: Codex's apply_patch tool alone is ~1,000 tokens of the tiny vocabulary.
+    d = start_daemon(tmp_path_factory.mktemp("responses-tools-home"), target, ctx=2048)
     yield d
     assert d.stop() == 0, d.log()
 
