@@ -19,6 +19,7 @@ import pytest
 import tinymodels
 from daemonproc import Daemon, start_daemon
 from openai.types.responses import FunctionToolParam
+from openai.types.shared.custom_tool_input_format import Grammar
 from test_lark_regex import APPLY_PATCH
 
 pytestmark = pytest.mark.timeout(120)
@@ -402,4 +403,4 @@ def test_codexs_apply_patch_tool_is_taken_as_codex_sends_it(client: openai.OpenA
         model="tiny-tools", input="edit", tools=[tool], max_output_tokens=2, temperature=0
     )
     assert out.status == "incomplete" and out.tools[0].type == "custom" and out.tools[0].name == "apply_patch"
-    assert out.tools[0].format is not None and out.tools[0].format.definition == APPLY_PATCH
+    assert isinstance(out.tools[0].format, Grammar) and out.tools[0].format.definition == APPLY_PATCH
