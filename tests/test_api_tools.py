@@ -21,6 +21,7 @@ import pytest
 import tinymodels
 from daemonproc import Daemon, start_daemon
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from test_api_responses_tools import LS, LS_TEXT, STAMP
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -315,3 +316,153 @@ def test_a_constraint_that_cannot_hold_is_a_400_naming_it(
 def _valid(schema: dict[str, Any], text: str) -> bool:
     jsonschema_rs.validator_for(schema).validate(json.loads(text))
     return True
+
+
+# --- custom tools: input as text (`{"type": "custom", "custom": {...}}`, chat's shape) --------
+
+SHELL_CUSTOM: dict[str, Any] = {"name": "shell", "description": "Run a command"}
+
+
+def _custom(grammar: str | None = None, syntax: str = "lark", **fields: Any) -> Any:
+    fmt = {"type": "grammar", "grammar": {"syntax": syntax, "definition": grammar}} if grammar else None
+    return {"type": "custom", "custom": {**SHELL_CUSTOM, **fields, **({"format": fmt} if fmt else {})}}
+
+
+def test_a_custom_tools_input_is_held_to_its_grammar_and_comes_back_as_text(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = {"model": "tiny-tools", "messages": CHAT, "tools": [_custom(LS)], **GREEDY}
+    named: Any = {"type": "custom", "custom": {"name": "shell"}}
+    out = client.chat.completions.create(tool_choice=named, **kw)
+    assert out.choices[0].finish_reason == "tool_calls"
+    (call,) = out.choices[0].message.tool_calls or []
+    assert call.type == "custom" and call.id.startswith("call_") and call.custom.name == "shell"
+    # The text itself, not the JSON call the model wrote it in.
+    assert LS_TEXT.fullmatch(call.custom.input), call.custom.input
+    # required and allowed_tools (a custom entry) hold it the same way: the same greedy call.
+    required = client.chat.completions.create(tool_choice="required", **kw).choices[0].message.tool_calls
+    assert required and required[0].type == "custom" and required[0].custom.input == call.custom.input
+    only = [{"type": "custom", "custom": {"name": "shell"}}]
+    allowed: Any = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": only}}
+    held = client.chat.completions.create(tool_choice=allowed, **kw).choices[0].message.tool_calls
+    assert held and held[0].type == "custom" and held[0].custom.input == call.custom.input
+
+
+def test_custom_and_function_tools_side_by_side(client: openai.OpenAI) -> None:
+    stamp = _custom(STAMP, "regex", name="stamp")
+    tools: Any = [*TOOLS, stamp]
+    kw: dict[str, Any] = {"model": "tiny-tools", "messages": CHAT, "tools": tools, **GREEDY}
+    custom = client.chat.completions.create(tool_choice={"type": "custom", "custom": {"name": "stamp"}}, **kw)
+    (call,) = custom.choices[0].message.tool_calls or []
+    assert call.type == "custom" and re.fullmatch(STAMP, call.custom.input), call
+    # A function beside it still comes back as a function, arguments as JSON text.
+    function = client.chat.completions.create(
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, **kw
+    )
+    (fcall,) = function.choices[0].message.tool_calls or []
+    assert fcall.type == "function" and fcall.function.name == "get_weather"
+    jsonschema_rs.validator_for(CITY).validate(json.loads(fcall.function.arguments))
+
+
+def test_a_custom_call_streams_as_a_custom_tool_call_delta(client: openai.OpenAI, daemon: Daemon) -> None:
+    body: dict[str, Any] = {
+        "model": "tiny-tools",
+        "messages": CHAT,
+        "tools": [_custom(LS)],
+        "tool_choice": "required",
+        **GREEDY,
+    }
+    (whole,) = client.chat.completions.create(**body).choices[0].message.tool_calls or []
+    assert whole.type == "custom"
+    # The bytes, as OpenAI streams one (its SDK's delta type has no `custom` field yet).
+    with daemon.http() as http:
+        text = http.post("/v1/chat/completions", json={**body, "stream": True}).text
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    calls = [call for d in deltas for call in d.get("tool_calls", ())]
+    assert calls == [{"index": 0, "id": calls[0]["id"], "type": "custom", "custom": whole.custom.to_dict()}]
+    assert "".join(d.get("content") or "" for d in deltas) == ""
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_a_custom_call_in_the_history_renders_as_the_responses_api_renders_it(
+    client: openai.OpenAI,
+) -> None:
+    history: list[Any] = [
+        *CHAT,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "custom", "custom": {"name": "shell", "input": "ls -l src"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.py\nb.py"},
+    ]
+    chat = client.chat.completions.create(
+        model="tiny-tools", messages=history, tools=[_custom(LS)], max_tokens=1, temperature=0
+    )
+    items: list[Any] = [
+        {"role": "user", "content": CHAT[0]["content"]},
+        {"type": "custom_tool_call", "call_id": "call_1", "name": "shell", "input": "ls -l src"},
+        {"type": "custom_tool_call_output", "call_id": "call_1", "output": "a.py\nb.py"},
+    ]
+    flat: Any = {
+        **SHELL_CUSTOM,
+        "type": "custom",
+        "format": {"type": "grammar", "syntax": "lark", "definition": LS},
+    }
+    responses = client.responses.create(
+        model="tiny-tools", input=items, tools=[flat], max_output_tokens=1, temperature=0
+    )
+    # The same tool, the same call and its answer: the same prompt, token for token.
+    assert chat.usage is not None and responses.usage is not None
+    assert chat.usage.prompt_tokens == responses.usage.input_tokens
+    # And the call went in: without it the prompt is shorter.
+    alone = client.chat.completions.create(
+        model="tiny-tools", messages=CHAT, tools=[_custom(LS)], max_tokens=1, temperature=0
+    )
+    assert alone.usage is not None and alone.usage.prompt_tokens < chat.usage.prompt_tokens
+
+
+HELD = "tools.0.custom.format.grammar.definition"
+NAMES_NOPE = {"tool_choice": {"type": "custom", "custom": {"name": "nope"}}}
+UNNAMED_ALLOWED = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "custom"}]}}
+NO_GRAMMAR = {"type": "custom", "custom": {**SHELL_CUSTOM, "format": {"type": "grammar"}}}
+
+
+@pytest.mark.parametrize(
+    ("tools", "extra", "words", "param"),
+    [
+        ([_custom('start: "(" start ")" | "x"')], {}, "recursive (start -> start)", HELD),
+        ([_custom("(a", "regex")], {}, f"{HELD}: ", HELD),
+        ([{"type": "custom"}], {}, "needs `custom`", "tools.0.custom"),
+        ([NO_GRAMMAR], {}, "syntax and definition", "tools.0.custom.format"),
+        (
+            [_custom(LS)],
+            {"tool_choice": {"type": "custom", "custom": {"name": "nope"}}},
+            "nope",
+            "tool_choice",
+        ),
+        (
+            [_custom(LS)],
+            {"tool_choice": UNNAMED_ALLOWED},
+            "needs `custom`",
+            "tool_choice.allowed_tools.tools.0",
+        ),
+    ],
+)
+def test_custom_tool_errors_are_400s_naming_the_field(
+    daemon: Daemon, tools: list[Any], extra: dict[str, Any], words: str, param: str
+) -> None:
+    body = {"model": "tiny-tools", "messages": CHAT, "max_tokens": 4, "tools": tools, **extra}
+    with daemon.http() as http:
+        response = http.post("/v1/chat/completions", json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert words in error["message"] and error["param"] == param, error
+        # And the daemon serves on.
+        assert (
+            http.post(
+                "/v1/chat/completions", json={**body, "tools": TOOLS, "tool_choice": "auto"}
+            ).status_code
+            == 200
+        )

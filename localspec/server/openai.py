@@ -36,7 +36,7 @@ from localspec.server.schemas import (
 )
 from localspec.server.state import ModelState, Run, server_state
 from localspec.server.streaming import frames, respond, stream_response
-from localspec.server.toolschemas import openai_tool_calls
+from localspec.server.toolschemas import custom_names, openai_tool_calls
 from localspec.types import GenerationRequest, GenerationResult, TokenChunk, TokenLogprob
 
 
@@ -54,9 +54,12 @@ class OpenAIFormat:
         n: int = 1,
         prompts: int = 1,
         echo: Sequence[str] | None = None,
+        custom: frozenset[str] = frozenset(),
     ) -> None:
         """`n`: the choices each of `prompts` has (more than one prompt: text completions only);
-        `echo`: each prompt's text, where a text completion echoes it before its choices' text."""
+        `echo`: each prompt's text, where a text completion echoes it before its choices' text;
+        `custom`: the custom tools' names (a chat's calls to them carry their input as text)."""
+        self.custom = custom
         self.model = model
         self.chat = chat
         self.include_usage = include_usage
@@ -209,7 +212,7 @@ class OpenAIFormat:
 
     def _tool_calls(self, result: GenerationResult) -> list[dict[str, Any]]:
         ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in result.tool_calls]
-        return openai_tool_calls(list(result.tool_calls), ids)
+        return openai_tool_calls(list(result.tool_calls), ids, self.custom)
 
 
 def _usage(results: Sequence[GenerationResult], per_prompt: int = 1) -> dict[str, Any]:
@@ -242,7 +245,9 @@ async def chat_completions(request: Request) -> Response:
     state = await server_state(request).use(request, body.model)
     model = state.resolve_model(body.model)
     greq = chat_request(body, state.spec_default, state.unlimited)
-    fmt = OpenAIFormat(model, True, body.include_usage(), logprobs=body.logprobs, n=body.n)
+    fmt = OpenAIFormat(
+        model, True, body.include_usage(), logprobs=body.logprobs, n=body.n, custom=custom_names(body.tools)
+    )
     return await _respond(state, request, [_nth(greq, i) for i in range(body.n)], body.stream, fmt)
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from localspec.errors import UserInputError
 from localspec.server.refusals import NO_AUDIO, NO_VISION, NO_WEB_SEARCH
 from localspec.server.toolschemas import (
+    ChatTool,
     OpenAIToolCall,
     OpenAIToolChoice,
     OutputConstraints,
@@ -238,7 +239,7 @@ class ChatCompletionBody(_OpenAISampling):
 
     messages: list[OpenAIMessage] = Field(..., min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list[Tool] | None = None
+    tools: list[ChatTool] | None = Field(None, description="Functions, and custom tools (input as text).")
     tool_choice: OpenAIToolChoice | None = None
     parallel_tool_calls: bool | None = Field(
         None, description="Unset: several calls where the model may call or not, one where it must call."

@@ -9,7 +9,7 @@ bad one is a 400 in the API's own shape.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,7 +39,7 @@ class Tool(_Body):
     type: Literal["function"] = "function"
     function: FunctionDef
 
-    def to_spec(self) -> ToolSpec:
+    def to_spec(self, where: str = "tools") -> ToolSpec:
         f = self.function
         return ToolSpec(f.name, f.description, f.parameters)
 
@@ -60,12 +60,29 @@ _CUSTOM_PARAMETERS: dict[str, Any] = {
 }
 
 
+class CustomGrammar(_Body):
+    """The grammar of a chat completion's custom tool: `{"syntax", "definition"}`."""
+
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
 class CustomFormat(_Body):
-    """A custom tool's input: free text, or text a grammar holds (`syntax` lark or regex)."""
+    """A custom tool's input: free text, or text a grammar holds (`syntax` lark or regex), given
+    beside `type` (the Responses API's shape) or under `grammar` (chat completions')."""
 
     type: Literal["text", "grammar"]
     syntax: Literal["lark", "regex"] | None = None
     definition: str | None = None
+    grammar: CustomGrammar | None = None
+
+    def held(self, where: str) -> tuple[str, str, str]:
+        """The grammar's syntax, its definition and the field it came in."""
+        if self.grammar is not None:
+            return self.grammar.syntax, self.grammar.definition, f"{where}.grammar.definition"
+        if self.syntax is None or not self.definition:
+            raise UserInputError(f"{where}: a grammar needs its syntax and definition", param=where)
+        return self.syntax, self.definition, f"{where}.definition"
 
 
 class CustomDef(_Body):
@@ -78,13 +95,10 @@ class CustomDef(_Body):
         description = self.description or ""
         if fmt is None or fmt.type == "text":
             return ToolSpec(self.name, description, _CUSTOM_PARAMETERS)
-        if fmt.syntax is None or not fmt.definition:
-            raise UserInputError(
-                f"{where}.format: a grammar needs its syntax and definition", param=f"{where}.format"
-            )
-        pattern = _custom_pattern(fmt.syntax, fmt.definition, f"{where}.format.definition")
-        shown = "a regular expression" if fmt.syntax == "regex" else "a Lark grammar"
-        described = f"{description}\n\nThe input is text that {shown} holds:\n{fmt.definition}".lstrip()
+        syntax, definition, field = fmt.held(f"{where}.format")
+        pattern = _custom_pattern(syntax, definition, field)
+        shown = "a regular expression" if syntax == "regex" else "a Lark grammar"
+        described = f"{description}\n\nThe input is text that {shown} holds:\n{definition}".lstrip()
         held = {**_CUSTOM_PARAMETERS, "properties": {CUSTOM_INPUT: {"type": "string", "pattern": pattern}}}
         return ToolSpec(self.name, described, _CUSTOM_PARAMETERS, held_to=held)
 
@@ -115,6 +129,28 @@ def custom_arguments(text: str) -> str:
     return json.dumps({CUSTOM_INPUT: text})
 
 
+class ChatTool(_Body):
+    """A chat completion's tool: a function, or a custom tool (`{"type": "custom", "custom": {...}}`)."""
+
+    type: Literal["function", "custom"] = "function"
+    function: FunctionDef | None = None
+    custom: CustomDef | None = None
+
+    def to_spec(self, where: str = "tools") -> ToolSpec:
+        if self.type == "custom":
+            if self.custom is None:
+                raise UserInputError(f"{where}: a custom tool needs `custom`", param=f"{where}.custom")
+            return self.custom.to_spec(f"{where}.custom")
+        if self.function is None:
+            raise UserInputError(f"{where}: a function tool needs `function`", param=f"{where}.function")
+        return Tool(function=self.function).to_spec(where)
+
+
+def custom_names(tools: list[ChatTool] | None) -> frozenset[str]:
+    """The custom tools' names: their calls go back as custom calls (their input the text)."""
+    return frozenset(t.custom.name for t in tools or () if t.type == "custom" and t.custom is not None)
+
+
 class FunctionName(_Body):
     name: str
 
@@ -124,9 +160,23 @@ class NamedToolChoice(_Body):
     function: FunctionName
 
 
+class NamedCustomChoice(_Body):
+    """A call to one custom tool: `{"type": "custom", "custom": {"name"}}`."""
+
+    type: Literal["custom"]
+    custom: FunctionName
+
+
 class AllowedTool(_Body):
-    type: Literal["function"] = "function"
-    function: FunctionName
+    type: Literal["function", "custom"] = "function"
+    function: FunctionName | None = None
+    custom: FunctionName | None = None
+
+    def name(self, where: str) -> str:
+        named = self.custom if self.type == "custom" else self.function
+        if named is None:
+            raise UserInputError(f"{where}: a {self.type} entry needs `{self.type}`", param=where)
+        return named.name
 
 
 class AllowedToolSet(_Body):
@@ -141,13 +191,15 @@ class AllowedToolsChoice(_Body):
     allowed_tools: AllowedToolSet
 
 
-OpenAIToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
+OpenAIToolChoice = (
+    Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomChoice | AllowedToolsChoice
+)
 
 
-def tool_specs(tools: list[Tool] | None) -> tuple[ToolSpec, ...]:
+def tool_specs(tools: Sequence[Tool | ChatTool] | None) -> tuple[ToolSpec, ...]:
     if tools is not None and len(tools) > MAX_TOOLS:
         raise UserInputError(f"at most {MAX_TOOLS} tools per request", param="tools")
-    return tuple(t.to_spec() for t in tools or ())
+    return tuple(t.to_spec(f"tools.{i}") for i, t in enumerate(tools or ()))
 
 
 def tool_choice(choice: OpenAIToolChoice | None) -> ToolChoice:
@@ -155,7 +207,10 @@ def tool_choice(choice: OpenAIToolChoice | None) -> ToolChoice:
         return "auto"
     if isinstance(choice, AllowedToolsChoice):
         allowed = choice.allowed_tools
-        return AllowedTools(tuple(t.function.name for t in allowed.tools), allowed.mode)
+        where = "tool_choice.allowed_tools.tools"
+        return AllowedTools(tuple(t.name(f"{where}.{i}") for i, t in enumerate(allowed.tools)), allowed.mode)
+    if isinstance(choice, NamedCustomChoice):
+        return NamedTool(choice.custom.name)
     return NamedTool(choice.function.name) if isinstance(choice, NamedToolChoice) else choice
 
 
@@ -167,22 +222,42 @@ class CallFunction(_Body):
     arguments: str | dict[str, Any] = "{}"
 
 
+class CustomCall(_Body):
+    name: str
+    input: str = ""
+
+
 class OpenAIToolCall(_Body):
-    """An assistant's earlier call, as the client sends it back: arguments are JSON text."""
+    """An assistant's earlier call, as the client sends it back: a function's arguments are JSON
+    text; a custom tool's input is the text itself (`{"type": "custom", "custom": {name, input}}`)."""
 
     id: str = ""
-    type: Literal["function"] = "function"
-    function: CallFunction
+    type: Literal["function", "custom"] = "function"
+    function: CallFunction | None = None
+    custom: CustomCall | None = None
 
     def to_call(self) -> ToolCall:
+        if self.type == "custom" and self.custom is not None:
+            return ToolCall(self.custom.name, custom_arguments(self.custom.input), self.id)
+        if self.function is None:
+            raise UserInputError(
+                f"a {self.type} tool call needs `{self.type}` (its name and "
+                + ("input)" if self.type == "custom" else "arguments)"),
+                param="tool_calls",
+            )
         args = self.function.arguments
         return ToolCall(self.function.name, args if isinstance(args, str) else json.dumps(args), self.id)
 
 
-def openai_tool_calls(calls: list[ToolCall], ids: list[str]) -> list[dict[str, Any]]:
-    """Calls as OpenAI returns them: arguments as JSON text, each with an id."""
+def openai_tool_calls(
+    calls: list[ToolCall], ids: list[str], custom: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """Calls as OpenAI returns them, each with an id: a function's arguments as JSON text, a custom
+    tool's (named in `custom`) input as its text."""
     return [
-        {"id": call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        {"id": call_id, "type": "custom", "custom": {"name": c.name, "input": custom_input(c.arguments)}}
+        if c.name in custom
+        else {"id": call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
         for c, call_id in zip(calls, ids, strict=True)
     ]
 
