@@ -90,8 +90,9 @@ def test_unlimited_response_completes(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
-        ({"store": True}, "stateless"),
-        ({"previous_response_id": "resp_123"}, "stateless"),
+        ({"conversation": "conv_123"}, "previous_response_id"),
+        ({"background": True}, "background"),
+        ({"previous_response_id": "resp_123"}, "no response with id 'resp_123' is kept"),
         ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "'file_search' tools"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
@@ -132,3 +133,109 @@ def test_truncation_auto_drops_the_oldest_input_items_to_fit(client: openai.Open
     assert out.truncation == "auto" and out.usage is not None
     assert 2048 // 2 < out.usage.input_tokens <= 2048 - 4
     assert (out.model_extra or {})["localspec"]["dropped_messages"] > 0
+
+
+# --- kept responses: previous_response_id, retrieve, input_items, delete ----------------------
+
+
+def test_a_continued_response_reads_as_the_whole_conversation_sent_again(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = {"model": "tiny-target", "instructions": "be brief", "max_output_tokens": 6,
+                          "temperature": 0}  # fmt: skip
+    first = client.responses.create(input="hello", **kw)
+    assert first.store is True and first.previous_response_id is None
+    then = client.responses.create(previous_response_id=first.id, input="world", **kw)
+    assert then.previous_response_id == first.id
+    # The same conversation sent whole, the first reply's output items sent back as a client does.
+    sent_back: list[Any] = [item.model_dump() for item in first.output]
+    whole = client.responses.create(
+        input=[{"role": "user", "content": "hello"}, *sent_back, {"role": "user", "content": "world"}],
+        store=False,
+        **kw,
+    )
+    assert then.usage is not None and whole.usage is not None
+    assert then.usage.input_tokens == whole.usage.input_tokens and then.output_text == whole.output_text
+    assert whole.store is False
+    # The instructions are this request's alone (OpenAI carries none over): none, a shorter prompt.
+    bare = client.responses.create(
+        **{**kw, "instructions": None}, previous_response_id=first.id, input="world"
+    )
+    assert bare.usage is not None and bare.usage.input_tokens < then.usage.input_tokens
+
+
+def test_a_kept_response_is_read_back_deleted_and_then_gone(client: openai.OpenAI) -> None:
+    out = client.responses.create(model="tiny-target", input="hello", max_output_tokens=4, temperature=0)
+    again = client.responses.retrieve(out.id)
+    assert again.model_dump() == out.model_dump()
+    # A streamed one is kept too, as its response.completed (or incomplete) event had it.
+    events = list(
+        client.responses.create(
+            model="tiny-target", input="hi", max_output_tokens=4, temperature=0, stream=True
+        )
+    )
+    last = events[-1].response  # type: ignore[union-attr]
+    assert client.responses.retrieve(last.id).model_dump() == last.model_dump()
+    client.responses.delete(out.id)
+    with pytest.raises(openai.NotFoundError) as gone:
+        client.responses.retrieve(out.id)
+    assert out.id in str(gone.value) and "store: false" in str(gone.value)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(out.id)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="tiny-target", previous_response_id=out.id, input="more")
+    assert (
+        refused.value.param == "previous_response_id" and refused.value.code == "previous_response_not_found"
+    )
+    # store: false keeps nothing.
+    unkept = client.responses.create(
+        model="tiny-target", input="hello", max_output_tokens=2, temperature=0, store=False
+    )
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unkept.id)
+
+
+def test_input_items_page_as_openais(client: openai.OpenAI) -> None:
+    items: list[Any] = [
+        {"role": "user", "content": "one"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "two"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "three"}]},
+    ]
+    out = client.responses.create(model="tiny-target", input=items, max_output_tokens=2, temperature=0)
+    newest_first = client.responses.input_items.list(out.id)
+    texts = [item.model_dump()["content"][0]["text"] for item in newest_first.data]
+    assert texts == ["three", "two", "one"] and not newest_first.has_more
+    assert len({item.id for item in newest_first.data}) == 3
+    # One at a time, oldest first: the SDK follows `after` while has_more.
+    paged = client.responses.input_items.list(out.id, order="asc", limit=1)
+    assert len(paged.data) == 1 and paged.has_more
+    assert [item.id for item in paged] == [item.id for item in reversed(newest_first.data)]
+    # A text input is one user message.
+    text = client.responses.create(model="tiny-target", input="hello", max_output_tokens=2, temperature=0)
+    (only,) = client.responses.input_items.list(text.id).data
+    listed = only.model_dump()
+    assert (
+        listed["type"] == "message" and listed["role"] == "user" and listed["content"][0]["text"] == "hello"
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "words", "param"),
+    [
+        ("?limit=0", "limit must be", "limit"),
+        ("?limit=lots", "limit must be", "limit"),
+        ("?order=sideways", "asc or desc", "order"),
+        ("?after=msg_nope", "no input item 'msg_nope'", "after"),
+    ],
+)
+def test_input_items_queries_that_cannot_be_read_are_400s(
+    daemon: Daemon, query: str, words: str, param: str
+) -> None:
+    body = {"model": "tiny-target", "input": "hi", "max_output_tokens": 2, "temperature": 0}
+    with daemon.http() as http:
+        kept = http.post("/v1/responses", json=body).json()["id"]
+        response = http.get(f"/v1/responses/{kept}/input_items{query}")
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert words in error["message"] and error["param"] == param
+        streamed = http.get(f"/responses/{kept}?stream=true")  # replays are for background responses
+        assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "stream"
+        assert http.get(f"/responses/{kept}").json()["id"] == kept  # the bare path, as llama-server's

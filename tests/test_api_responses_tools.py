@@ -163,6 +163,28 @@ def test_a_call_and_its_output_in_the_input_round_trip(client: openai.OpenAI) ->
     assert out.usage.input_tokens > short.usage.input_tokens + 10  # the call and its output were rendered
 
 
+def test_a_call_answered_by_previous_response_id_reads_as_the_whole_history(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = {"model": "tiny-tools", "tools": TOOLS, "parallel_tool_calls": False}
+    first = client.responses.create(input=ASK, tool_choice="required", **kw, **GREEDY)
+    (call,) = first.output
+    assert call.type == "function_call"
+    answer: Any = {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21C"}
+    # Only the call's output is sent: the call is the kept response's.
+    then = client.responses.create(
+        previous_response_id=first.id, input=[answer], max_output_tokens=2, temperature=0, **kw
+    )
+    whole = client.responses.create(
+        input=[{"role": "user", "content": ASK}, call.model_dump(), answer],
+        store=False,
+        max_output_tokens=2,
+        temperature=0,
+        **kw,
+    )
+    assert then.usage is not None and whole.usage is not None
+    assert then.usage.input_tokens == whole.usage.input_tokens
+    assert then.output_text == whole.output_text
+
+
 def _chat_tool(tool: FunctionToolParam) -> dict[str, Any]:
     function = {k: v for k, v in tool.items() if k not in ("type", "strict")}
     return {"type": "function", "function": function}

@@ -1,4 +1,6 @@
-"""OpenAI's Responses API (`/v1/responses`), stateless: a message of output text and function calls.
+"""OpenAI's Responses API (`/v1/responses`): a message of output text and function calls, kept
+(unless `store: false`) to be continued by `previous_response_id`, read back by
+`GET /v1/responses/{id}` and `.../input_items`, and deleted by `DELETE`.
 
 Requests become the same GenerationRequest as chat; `ResponsesFormat` builds the
 Response object from the GenerationResult, or streams OpenAI's event sequence:
@@ -22,18 +24,26 @@ from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localspec.errors import LocalspecError
+from localspec.errors import LocalspecError, UserInputError
 from localspec.server.logprobs import chat_entries
+from localspec.server.response_store import ResponseStore, StoredResponse, turns_size
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_responses import ResponsesBody, responses_request
 from localspec.server.state import server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import custom_input
-from localspec.types import GenerationResult, TokenChunk, TokenLogprob, ToolCall, parallel_calls
+from localspec.types import (
+    ChatMessage,
+    GenerationResult,
+    TokenChunk,
+    TokenLogprob,
+    ToolCall,
+    parallel_calls,
+)
 
 
 class ResponsesFormat:
@@ -47,9 +57,19 @@ class ResponsesFormat:
 
     media_type = "text/event-stream"
 
-    def __init__(self, model: str, body: ResponsesBody) -> None:
+    def __init__(
+        self,
+        model: str,
+        body: ResponsesBody,
+        store: ResponseStore | None = None,
+        history: tuple[ChatMessage, ...] = (),
+    ) -> None:
+        """`store`: where the finished response is kept (a request with store: false gives none);
+        `history`: its conversation without the instructions, kept with it to be continued."""
         self.model = model
         self.body = body
+        self.store = store
+        self.history = history
         self.id = "resp_" + uuid.uuid4().hex[:24]
         self.item_id = "msg_" + uuid.uuid4().hex[:24]
         self.reasoning_id = "rs_" + uuid.uuid4().hex[:24]
@@ -122,9 +142,9 @@ class ResponsesFormat:
             "model": self.model,
             "output": self._output(result) if result is not None else [],
             "parallel_tool_calls": parallel_calls(self.body.parallel_tool_calls, self.body.choice()),
-            "previous_response_id": None,
+            "previous_response_id": self.body.previous_response_id,
             "reasoning": {"effort": None, "summary": None},
-            "store": False,
+            "store": self.store is not None,
             "temperature": self.body.temperature,
             "text": {"format": self.body.format()},
             "tool_choice": self.body.tool_choice,
@@ -249,7 +269,7 @@ class ResponsesFormat:
             out.append(self._close_message(result))
             first += 1
         out.extend(self._call_events(first + i, item) for i, item in enumerate(self._call_items(result)))
-        whole = self._response(result)
+        whole = self._kept(result)
         end = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
         out.append(self._event(end, response=whole))
         return b"".join(out)
@@ -258,7 +278,23 @@ class ResponsesFormat:
         return self._event("error", code=exc.code, message=exc.message, param=exc.param)
 
     def whole(self, result: GenerationResult) -> dict[str, Any]:
-        return self._response(result)
+        return self._kept(result)
+
+    def _kept(self, result: GenerationResult) -> dict[str, Any]:
+        """The finished Response, kept where the request asked (a failed one never is)."""
+        whole = self._response(result)
+        if self.store is not None:
+            # The reply as the next request's history: its text and its calls, by the call_ids
+            # the client's outputs will answer (reasoning left out, as a client sending the
+            # items back leaves it: the same prompt either way).
+            calls = tuple(
+                ToolCall(c.name, c.arguments, item["call_id"])
+                for c, item in zip(result.tool_calls, self._call_items(result), strict=True)
+            )
+            turns = (*self.history, ChatMessage("assistant", result.text, calls))
+            size = turns_size(turns) + len(json_bytes(whole))
+            self.store.put(self.id, StoredResponse(turns, tuple(self.body.input_items()), whole, size))
+        return whole
 
 
 def _call_item(call: ToolCall, custom: bool) -> dict[str, Any]:
@@ -295,12 +331,77 @@ def _usage(result: GenerationResult) -> dict[str, Any]:
 
 async def create(request: Request) -> Response:
     body = parse_body(await request.body(), ResponsesBody)
-    state = await server_state(request).use(request, body.model)
+    server = server_state(request)
+    previous = server.responses.previous(body.previous_response_id) if body.previous_response_id else None
+    history = body.history(previous.turns if previous else ())
+    state = await server.use(request, body.model)
     model = state.resolve_model(body.model)
-    greq = responses_request(body, state.spec_default, state.unlimited)
-    return await respond(
-        await state.start(request, greq, body.stream), body.stream, ResponsesFormat(model, body)
+    greq = responses_request(body, state.spec_default, state.unlimited, history)
+    fmt = ResponsesFormat(model, body, server.responses if body.stored else None, history)
+    return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
+
+
+async def retrieve(request: Request) -> Response:
+    if request.query_params.get("stream") in ("true", "1"):
+        raise UserInputError(
+            "stream: a kept response is replayed for background responses only, and localspec "
+            "answers at once; GET it without stream",
+            param="stream",
+        )
+    return JSONResponse(server_state(request).responses.get(request.path_params["id"]).body)
+
+
+async def delete(request: Request) -> Response:
+    response_id = request.path_params["id"]
+    server_state(request).responses.delete(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+async def input_items(request: Request) -> Response:
+    """The input items of a kept response, a page at a time (`limit`, `order`, `after`), as OpenAI's."""
+    items = list(server_state(request).responses.get(request.path_params["id"]).input_items)
+    query = request.query_params
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise UserInputError("order must be asc or desc", param="order")
+    limit = _limit(query.get("limit", "20"))
+    if order == "desc":
+        items.reverse()
+    after = query.get("after")
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise UserInputError(f"after: this response has no input item {after!r}", param="after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
     )
 
 
-ROUTES = [Route("/v1/responses", create, methods=["POST"]), Route("/responses", create, methods=["POST"])]
+def _limit(text: str) -> int:
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise UserInputError(f"limit must be a whole number from 1 to 100, not {text!r}", param="limit")
+    return limit
+
+
+ROUTES = [
+    route
+    for prefix in ("/v1", "")
+    for route in (
+        Route(f"{prefix}/responses", create, methods=["POST"]),
+        Route(f"{prefix}/responses/{{id}}", retrieve, methods=["GET"]),
+        Route(f"{prefix}/responses/{{id}}", delete, methods=["DELETE"]),
+        Route(f"{prefix}/responses/{{id}}/input_items", input_items, methods=["GET"]),
+    )
+]

@@ -1,7 +1,9 @@
 """OpenAI's Responses body (`/v1/responses`) as an engine request: the same ChatMessages as chat.
 
-The daemon keeps no state between requests, so what needs it is refused by
-name: `store: true`, `previous_response_id`, `conversation`, `background`.
+A request may continue a kept response (`previous_response_id`, server.response_store): its
+turns come first, then this request's input, after this request's own instructions (OpenAI
+carries no instructions over). `conversation` (the Conversations API) and `background` are
+refused by name.
 Reasoning items a client sends back are skipped (this model writes none).
 Function tools work as in chat: `function_call` items become an assistant turn's
 calls, `function_call_output` items `tool` turns. Custom tools (input as text, free or
@@ -14,6 +16,7 @@ are refused, each with a clear 400.
 
 from __future__ import annotations
 
+import uuid
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
@@ -44,7 +47,10 @@ from localspec.types import (
 
 # The `include` entry that asks for each output token's log-probability.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-STATELESS = "localspec keeps no responses (it is stateless); send the whole conversation in `input`"
+NO_CONVERSATIONS = (
+    "conversation is not supported (localspec has no Conversations API); continue a response "
+    "with previous_response_id, or send the whole conversation in `input`"
+)
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 
@@ -54,6 +60,7 @@ class InputItem(_Body):
     call, or its output."""
 
     type: str = "message"
+    id: str | None = None  # an output item sent back keeps its id
     role: Literal["user", "assistant", "system", "developer"] | None = None
     content: str | list[dict[str, Any]] | None = None
     # function_call and function_call_output
@@ -176,12 +183,14 @@ class ResponsesBody(_Body):
         effort = (self.reasoning or {}).get("effort")
         return {"reasoning_effort": effort} if isinstance(effort, str) else {}
 
+    @property
+    def stored(self) -> bool:
+        """Whether the response is kept (OpenAI's default: unless `store: false`)."""
+        return self.store is not False
+
     def check_supported(self) -> None:
-        if self.store:
-            raise UserInputError(f"store: true is not supported; {STATELESS}", param="store")
-        if self.previous_response_id or self.conversation:
-            param = "previous_response_id" if self.previous_response_id else "conversation"
-            raise UserInputError(f"{param} is not supported; {STATELESS}", param=param)
+        if self.conversation:
+            raise UserInputError(NO_CONVERSATIONS, param="conversation")
         if self.background:
             raise UserInputError(
                 "background responses are not supported; localspec answers at once", param="background"
@@ -241,15 +250,28 @@ class ResponsesBody(_Body):
             raise UserInputError("text.format json_schema needs a schema", param="text.format.schema")
         return checked_schema(fmt["schema"], "text.format")
 
-    def chat(self) -> tuple[ChatMessage, ...]:
-        head = (ChatMessage("system", self.instructions),) if self.instructions else ()
+    def history(self, previous: tuple[ChatMessage, ...] = ()) -> tuple[ChatMessage, ...]:
+        """The conversation without the instructions: the continued response's turns, then the input."""
         if isinstance(self.input, str):
-            return (*head, ChatMessage("user", self.input))
-        turns: list[ChatMessage] = list(head)
-        names: dict[str, str] = {}  # call_id -> the function's name, for the output that answers it
+            return (*previous, ChatMessage("user", self.input))
+        turns: list[ChatMessage] = list(previous)
+        # call_id -> the function's name, for the output that answers it (a call the continued
+        # response made among them).
+        names = {c.id: c.name for t in previous for c in t.tool_calls}
         for i, item in enumerate(self.input):
             _add_item(turns, item, f"input.{i}", names)
         return tuple(turns)
+
+    def chat(self, history: tuple[ChatMessage, ...] | None = None) -> tuple[ChatMessage, ...]:
+        """The request's turns: its instructions, then the history (by default, the input's)."""
+        head = (ChatMessage("system", self.instructions),) if self.instructions else ()
+        return (*head, *(self.history() if history is None else history))
+
+    def input_items(self) -> list[dict[str, Any]]:
+        """The input as items, each with an id (what GET .../input_items lists)."""
+        if isinstance(self.input, str):
+            return [_message_item("user", self.input)]
+        return [_listed_item(item) for item in self.input]
 
 
 class AllowedFunction(_Body):
@@ -284,9 +306,43 @@ def _parse(model: type[_Parsed], data: dict[str, Any], where: str) -> _Parsed:
         raise UserInputError(f"invalid {param}: {err['msg']}", param=param) from None
 
 
-def responses_request(body: ResponsesBody, spec: SpecParams, unlimited: int) -> GenerationRequest:
+_ITEM_PREFIXES = {
+    "message": "msg_",
+    "function_call": "fc_",
+    "function_call_output": "fco_",
+    "custom_tool_call": "ctc_",
+    "custom_tool_call_output": "ctco_",
+    "reasoning": "rs_",
+}
+
+
+def _new_id(kind: str) -> str:
+    return _ITEM_PREFIXES.get(kind, "item_") + uuid.uuid4().hex[:24]
+
+
+def _message_item(
+    role: str, content: str | list[dict[str, Any]], item_id: str | None = None
+) -> dict[str, Any]:
+    part = "output_text" if role == "assistant" else "input_text"
+    parts = [{"type": part, "text": content}] if isinstance(content, str) else content
+    return {"id": item_id or _new_id("message"), "type": "message", "role": role, "content": parts}
+
+
+def _listed_item(item: InputItem) -> dict[str, Any]:
+    data = item.model_dump(exclude_none=True)
+    item_id = data.pop("id", None)
+    if item.type == "message" and item.role is not None:
+        return _message_item(item.role, item.content or "", item_id)
+    return {"id": item_id or _new_id(item.type), **data}
+
+
+def responses_request(
+    body: ResponsesBody, spec: SpecParams, unlimited: int, history: tuple[ChatMessage, ...] | None = None
+) -> GenerationRequest:
+    """`history`: the conversation without the instructions, where the request continues a kept
+    response (ResponsesBody.history); by default the input's."""
     body.check_supported()
-    messages = body.chat()
+    messages = body.chat(history)
     if not messages:
         raise UserInputError("input holds no message", param="input")
     return GenerationRequest(
