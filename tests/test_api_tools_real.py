@@ -8,6 +8,7 @@ that its answer is parsed into a call, with speculation on (the 0.5B draft).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,54 @@ def test_a_forced_call_unasked_for_parallel_calls_is_one_call(client: openai.Ope
     (call,) = choice.message.tool_calls or []
     assert call.type == "function"
     assert call.function.name == "get_weather" and "Paris" in _city(call.function.arguments)
+
+
+# A custom tool (input as text, held to a Lark grammar), as Codex's apply_patch is one.
+LS_GRAMMAR = 'start: "ls " FLAGS? PATH\nFLAGS: "-" /[la]{1,2}/ " "\nPATH: /[a-z.\\/]{1,16}/\n'
+LS_INPUT = r"ls (-[la]{1,2} )?[a-z./]{1,16}"
+SHELL = {"name": "shell", "description": "Run a shell command and return what it prints"}
+LIST = "List the files in the src folder, in long format."
+
+
+def test_an_agent_loop_with_a_custom_tool_over_chat_and_responses(client: openai.OpenAI) -> None:
+    """The real model writes a custom tool's input as the grammar holds it, in chat's shape and in
+    the Responses API's, and goes on from its tool's answer by previous_response_id alone."""
+    chat_tool: Any = {
+        "type": "custom",
+        "custom": {
+            **SHELL,
+            "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": LS_GRAMMAR}},
+        },
+    }
+    out = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": LIST}],
+        tools=[chat_tool],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=40,
+    )
+    (call,) = out.choices[0].message.tool_calls or []
+    assert call.type == "custom" and call.custom.name == "shell"
+    assert re.fullmatch(LS_INPUT, call.custom.input) and "src" in call.custom.input, call.custom.input
+
+    flat: Any = {
+        **SHELL,
+        "type": "custom",
+        "format": {"type": "grammar", "syntax": "lark", "definition": LS_GRAMMAR},
+    }
+    first = client.responses.create(
+        model=MODEL, input=LIST, tools=[flat], tool_choice="required", temperature=0, max_output_tokens=40
+    )
+    (item,) = first.output
+    assert item.type == "custom_tool_call" and item.input == call.custom.input  # the same greedy text
+    listing = "total 8\n-rw-r--r-- 1 me me 120 Dec  2 app.py\n-rw-r--r-- 1 me me  64 Dec  2 util.py"
+    answer: Any = {"type": "custom_tool_call_output", "call_id": item.call_id, "output": listing}
+    # tool_choice none: left to choose, the 1.5B calls `ls -l src` again (with a plain function
+    # tool too, its prompt checked by /apply-template: the call and its answer are there).
+    then = client.responses.create(
+        model=MODEL, previous_response_id=first.id, input=[answer], tools=[flat], tool_choice="none",
+        temperature=0, max_output_tokens=60,
+    )  # fmt: skip
+    # It read its tool's answer: the files it names are the listing's.
+    assert "app.py" in then.output_text, then.output
