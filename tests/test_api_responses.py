@@ -90,7 +90,6 @@ def test_unlimited_response_completes(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
-        ({"conversation": "conv_123"}, "previous_response_id"),
         ({"background": True}, "background"),
         ({"previous_response_id": "resp_123"}, "no response with id 'resp_123' is kept"),
         ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "'file_search' tools"),
@@ -223,7 +222,7 @@ def test_input_items_page_as_openais(client: openai.OpenAI) -> None:
         ("?limit=0", "limit must be", "limit"),
         ("?limit=lots", "limit must be", "limit"),
         ("?order=sideways", "asc or desc", "order"),
-        ("?after=msg_nope", "no input item 'msg_nope'", "after"),
+        ("?after=msg_nope", "no item 'msg_nope'", "after"),
     ],
 )
 def test_input_items_queries_that_cannot_be_read_are_400s(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from localspec.server.response_store import (
+    NotKeptError,
     PreviousNotFoundError,
-    ResponseNotFoundError,
     ResponseStore,
     StoredResponse,
     turns_size,
@@ -44,11 +44,11 @@ def test_the_size_bound_holds_but_the_newest_always_stays() -> None:
 
 def test_ids_kept_nowhere_are_clear_errors() -> None:
     store = ResponseStore()
-    with pytest.raises(ResponseNotFoundError) as caught:
+    with pytest.raises(NotKeptError) as caught:
         store.get("resp_x")
     assert caught.value.http_status == 404 and "store: false" in caught.value.message
     with pytest.raises(PreviousNotFoundError) as previous:
         store.previous("resp_x")
     assert previous.value.http_status == 400 and previous.value.param == "previous_response_id"
-    with pytest.raises(ResponseNotFoundError):
+    with pytest.raises(NotKeptError):
         store.delete("resp_x")

@@ -22,6 +22,7 @@ from localspec import __version__
 from localspec.errors import LocalspecError
 from localspec.server import (
     anthropic,
+    conversations_api,
     embeddings,
     llamaserver,
     lmstudio,
@@ -144,6 +145,7 @@ ROUTES = [
     *llamaserver.ROUTES,
     *anthropic.ROUTES,
     *responses_api.ROUTES,
+    *conversations_api.ROUTES,
     *embeddings.ROUTES,
     *lmstudio.ROUTES,
 ]

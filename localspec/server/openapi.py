@@ -22,7 +22,7 @@ from localspec.server.schemas_llamaserver import (
     NativeCompletionBody,
     TokenizeBody,
 )
-from localspec.server.schemas_responses import ResponsesBody
+from localspec.server.schemas_responses import ConversationBody, ResponsesBody
 
 # /api/pull and /api/delete are left out: one downloads, the other deletes files, and the schema
 # drives a fuzzer. So are the routes that only say what to do instead (/api/create, ...).
@@ -30,6 +30,7 @@ REQUEST_BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/chat/completions"): ChatCompletionBody,
     ("post", "/v1/completions"): CompletionBody,
     ("post", "/v1/responses"): ResponsesBody,
+    ("post", "/v1/conversations"): ConversationBody,
     ("post", "/v1/messages"): MessagesBody,
     ("post", "/v1/messages/count_tokens"): CountTokensBody,
     ("post", "/v1/embeddings"): OpenAIEmbeddingsBody,

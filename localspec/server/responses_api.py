@@ -29,11 +29,16 @@ from starlette.routing import Route
 
 from localspec.errors import LocalspecError, UserInputError
 from localspec.server.logprobs import chat_entries
-from localspec.server.response_store import ResponseStore, StoredResponse, turns_size
+from localspec.server.response_store import (
+    ConversationStore,
+    ResponseStore,
+    StoredResponse,
+    turns_size,
+)
 from localspec.server.responses import json_bytes, stats_fields
 from localspec.server.schemas import parse_body
-from localspec.server.schemas_responses import ResponsesBody, responses_request
-from localspec.server.state import server_state
+from localspec.server.schemas_responses import ResponsesBody, item_turns, responses_request
+from localspec.server.state import ServerState, server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import custom_input
 from localspec.types import (
@@ -63,13 +68,16 @@ class ResponsesFormat:
         body: ResponsesBody,
         store: ResponseStore | None = None,
         history: tuple[ChatMessage, ...] = (),
+        conversations: ConversationStore | None = None,
     ) -> None:
         """`store`: where the finished response is kept (a request with store: false gives none);
-        `history`: its conversation without the instructions, kept with it to be continued."""
+        `history`: its conversation without the instructions, kept with it to be continued;
+        `conversations`: where the request's conversation is, to add its input and output to."""
         self.model = model
         self.body = body
         self.store = store
         self.history = history
+        self.conversations = conversations
         self.id = "resp_" + uuid.uuid4().hex[:24]
         self.item_id = "msg_" + uuid.uuid4().hex[:24]
         self.reasoning_id = "rs_" + uuid.uuid4().hex[:24]
@@ -143,6 +151,7 @@ class ResponsesFormat:
             "output": self._output(result) if result is not None else [],
             "parallel_tool_calls": parallel_calls(self.body.parallel_tool_calls, self.body.choice()),
             "previous_response_id": self.body.previous_response_id,
+            "conversation": {"id": conversation} if (conversation := self.body.conversation_id()) else None,
             "reasoning": {"effort": None, "summary": None},
             "store": self.store is not None,
             "temperature": self.body.temperature,
@@ -283,6 +292,10 @@ class ResponsesFormat:
     def _kept(self, result: GenerationResult) -> dict[str, Any]:
         """The finished Response, kept where the request asked (a failed one never is)."""
         whole = self._response(result)
+        conversation = self.body.conversation_id()
+        if self.conversations is not None and conversation is not None:
+            added = [*self.body.input_items, *whole["output"]]
+            self.conversations.change(conversation, lambda c: c.items.extend(added))
         if self.store is not None:
             # The reply as the next request's history: its text and its calls, by the call_ids
             # the client's outputs will answer (reasoning left out, as a client sending the
@@ -293,7 +306,7 @@ class ResponsesFormat:
             )
             turns = (*self.history, ChatMessage("assistant", result.text, calls))
             size = turns_size(turns) + len(json_bytes(whole))
-            self.store.put(self.id, StoredResponse(turns, tuple(self.body.input_items()), whole, size))
+            self.store.put(self.id, StoredResponse(turns, tuple(self.body.input_items), whole, size))
         return whole
 
 
@@ -332,13 +345,24 @@ def _usage(result: GenerationResult) -> dict[str, Any]:
 async def create(request: Request) -> Response:
     body = parse_body(await request.body(), ResponsesBody)
     server = server_state(request)
-    previous = server.responses.previous(body.previous_response_id) if body.previous_response_id else None
-    history = body.history(previous.turns if previous else ())
+    body.check_supported()
+    history = body.history(_before(server, body))
     state = await server.use(request, body.model)
     model = state.resolve_model(body.model)
     greq = responses_request(body, state.spec_default, state.unlimited, history)
-    fmt = ResponsesFormat(model, body, server.responses if body.stored else None, history)
+    kept = server.responses if body.stored else None
+    fmt = ResponsesFormat(model, body, kept, history, server.conversations)
     return await respond(await state.start(request, greq, body.stream), body.stream, fmt)
+
+
+def _before(server: ServerState, body: ResponsesBody) -> tuple[ChatMessage, ...]:
+    """What the request goes on from: the kept response's turns, or its conversation's items."""
+    if body.previous_response_id:
+        return server.responses.previous(body.previous_response_id).turns
+    conversation = body.conversation_id()
+    if conversation is None:
+        return ()
+    return item_turns(server.conversations.items(conversation, "conversation"), "conversation.items")
 
 
 async def retrieve(request: Request) -> Response:
@@ -360,6 +384,12 @@ async def delete(request: Request) -> Response:
 async def input_items(request: Request) -> Response:
     """The input items of a kept response, a page at a time (`limit`, `order`, `after`), as OpenAI's."""
     items = list(server_state(request).responses.get(request.path_params["id"]).input_items)
+    return JSONResponse(item_page(items, request))
+
+
+def item_page(items: list[dict[str, Any]], request: Request) -> dict[str, Any]:
+    """A page of items as OpenAI lists them: newest first unless `order=asc`, `limit` (1-100,
+    20) from the one after `after`."""
     query = request.query_params
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
@@ -371,18 +401,16 @@ async def input_items(request: Request) -> Response:
     if after is not None:
         ids = [item["id"] for item in items]
         if after not in ids:
-            raise UserInputError(f"after: this response has no input item {after!r}", param="after")
+            raise UserInputError(f"after: no item {after!r} is among these", param="after")
         items = items[ids.index(after) + 1 :]
     page = items[:limit]
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(items) > limit,
-        }
-    )
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
 
 
 def _limit(text: str) -> int:

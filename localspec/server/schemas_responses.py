@@ -1,8 +1,8 @@
 """OpenAI's Responses body (`/v1/responses`) as an engine request: the same ChatMessages as chat.
 
-A request may continue a kept response (`previous_response_id`, server.response_store): its
-turns come first, then this request's input, after this request's own instructions (OpenAI
-carries no instructions over). `conversation` (the Conversations API) and `background` are
+A request may continue a kept response (`previous_response_id`) or a conversation's items
+(`conversation`, server.response_store): they come first, then this request's input, after
+this request's own instructions (OpenAI carries no instructions over). `background` is
 refused by name.
 Reasoning items a client sends back are skipped (this model writes none).
 Function tools work as in chat: `function_call` items become an assistant turn's
@@ -17,6 +17,7 @@ are refused, each with a clear 400.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
@@ -47,10 +48,8 @@ from localspec.types import (
 
 # The `include` entry that asks for each output token's log-probability.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-NO_CONVERSATIONS = (
-    "conversation is not supported (localspec has no Conversations API); continue a response "
-    "with previous_response_id, or send the whole conversation in `input`"
-)
+MAX_ITEMS_ADDED = 20  # the Conversations API's: items a conversation is created or added to with
+MAX_METADATA = 16
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _MEDIA_PARTS = ("input_image", "input_file", "input_audio")
 
@@ -189,8 +188,11 @@ class ResponsesBody(_Body):
         return self.store is not False
 
     def check_supported(self) -> None:
-        if self.conversation:
-            raise UserInputError(NO_CONVERSATIONS, param="conversation")
+        if self.conversation is not None and self.previous_response_id:
+            raise UserInputError(
+                "previous_response_id and conversation both say what came before; send one",
+                param="conversation",
+            )
         if self.background:
             raise UserInputError(
                 "background responses are not supported; localspec answers at once", param="background"
@@ -267,11 +269,22 @@ class ResponsesBody(_Body):
         head = (ChatMessage("system", self.instructions),) if self.instructions else ()
         return (*head, *(self.history() if history is None else history))
 
+    @cached_property
     def input_items(self) -> list[dict[str, Any]]:
-        """The input as items, each with an id (what GET .../input_items lists)."""
+        """The input as items, each with an id (what GET .../input_items lists, and a conversation
+        adds): made once, so both have the same ids."""
         if isinstance(self.input, str):
             return [_message_item("user", self.input)]
         return [_listed_item(item) for item in self.input]
+
+    def conversation_id(self) -> str | None:
+        """`conversation`: its id, or an object holding it."""
+        given = self.conversation
+        if given is None or isinstance(given, str):
+            return given
+        if not isinstance(given.get("id"), str):
+            raise UserInputError("conversation: an id, or an object with one", param="conversation")
+        return str(given["id"])
 
 
 class AllowedFunction(_Body):
@@ -334,6 +347,44 @@ def _listed_item(item: InputItem) -> dict[str, Any]:
     if item.type == "message" and item.role is not None:
         return _message_item(item.role, item.content or "", item_id)
     return {"id": item_id or _new_id(item.type), **data}
+
+
+def item_turns(items: Sequence[dict[str, Any]], where: str = "items") -> tuple[ChatMessage, ...]:
+    """Items (a conversation's, or ones given to add to one) as turns: each checked as input is."""
+    turns: list[ChatMessage] = []
+    names: dict[str, str] = {}
+    for i, data in enumerate(items):
+        _add_item(turns, _parse(InputItem, data, f"{where}.{i}"), f"{where}.{i}", names)
+    return tuple(turns)
+
+
+class ConversationBody(_Body):
+    """POST /v1/conversations, and (metadata alone) an update of one."""
+
+    items: list[dict[str, Any]] | None = Field(None, max_length=MAX_ITEMS_ADDED)
+    metadata: dict[str, str] | None = Field(None, max_length=MAX_METADATA)
+
+    def checked_metadata(self) -> dict[str, str]:
+        for key, value in (self.metadata or {}).items():
+            if len(key) > 64 or len(value) > 512:
+                raise UserInputError(
+                    "metadata: keys are at most 64 characters, values at most 512", param="metadata"
+                )
+        return dict(self.metadata or {})
+
+    def listed_items(self) -> list[dict[str, Any]]:
+        item_turns(self.items or ())
+        return [_listed_item(InputItem.model_validate(item)) for item in self.items or ()]
+
+
+class ItemsBody(_Body):
+    """POST /v1/conversations/{id}/items."""
+
+    items: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_ITEMS_ADDED)
+
+    def listed_items(self) -> list[dict[str, Any]]:
+        item_turns(self.items)
+        return [_listed_item(InputItem.model_validate(item)) for item in self.items]
 
 
 def responses_request(

@@ -32,7 +32,7 @@ from localspec.server.catalog import ModelCatalog
 from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
 from localspec.server.pool import DEFAULT, ModelPool, Resident
-from localspec.server.response_store import ResponseStore
+from localspec.server.response_store import ConversationStore, ResponseStore
 from localspec.server.truncation import truncated
 from localspec.types import GenerationRequest, GenerationResult, SpecParams, TokenChunk
 
@@ -54,6 +54,7 @@ class ServerState:
         self.config = config
         self.metrics = Metrics()
         self.responses = ResponseStore()  # the Responses API's kept responses
+        self.conversations = ConversationStore()  # and its conversations
         self.started = time.time()
         # Whether the weights llama.cpp copies into memory sit in huge pages (process.hugepages):
         # fixed when the process started, so read once.
