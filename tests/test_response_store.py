@@ -1,17 +1,21 @@
-"""The Responses API's store of kept responses: bounded in count and size, least recently used first."""
+"""The Responses API's kept responses and conversations: bounded in count and size, least recently
+used first."""
 
 from __future__ import annotations
 
 import pytest
 
 from localspec.server.response_store import (
+    ConversationStore,
     NotKeptError,
     PreviousNotFoundError,
     ResponseStore,
     StoredResponse,
     turns_size,
 )
-from localspec.types import ChatMessage, ToolCall
+from localspec.server.responses_api import ResponsesFormat
+from localspec.server.schemas_responses import ResponsesBody
+from localspec.types import ChatMessage, GenerationResult, GenerationStats, ToolCall
 
 
 def _kept(text: str) -> StoredResponse:
@@ -52,3 +56,29 @@ def test_ids_kept_nowhere_are_clear_errors() -> None:
     assert previous.value.http_status == 400 and previous.value.param == "previous_response_id"
     with pytest.raises(NotKeptError):
         store.delete("resp_x")
+
+
+def test_a_conversation_deleted_while_its_reply_was_written_leaves_the_reply_whole() -> None:
+    responses, conversations = ResponseStore(), ConversationStore()
+    conversation = conversations.create({}, [])
+    body = ResponsesBody.model_validate({"model": "m", "input": "hi", "conversation": conversation.id})
+    fmt = ResponsesFormat("m", body, responses, (ChatMessage("user", "hi"),), conversations)
+    conversations.delete(conversation.id)
+    result = GenerationResult("hello", (1,), "stop", GenerationStats(method="none"))
+    whole = fmt.whole(result)
+    assert whole["status"] == "completed" and whole["conversation"] == {"id": conversation.id}
+    # Kept as a response all the same: it can be continued by its id.
+    assert responses.get(whole["id"]).turns[-1] == ChatMessage("assistant", "hello")
+
+
+def test_a_reply_in_a_conversation_adds_its_input_and_output_items() -> None:
+    conversations = ConversationStore()
+    conversation = conversations.create({"k": "v"}, [{"id": "msg_1", "type": "message", "role": "user"}])
+    body = ResponsesBody.model_validate(
+        {"model": "m", "input": "hi", "conversation": {"id": conversation.id}}
+    )
+    fmt = ResponsesFormat("m", body, None, (), conversations)
+    whole = fmt.whole(GenerationResult("hello", (1,), "stop", GenerationStats(method="none")))
+    items = conversations.items(conversation.id)
+    assert [item["id"] for item in items] == ["msg_1", body.input_items[0]["id"], whole["output"][0]["id"]]
+    assert whole["store"] is False

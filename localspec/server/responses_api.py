@@ -1,6 +1,7 @@
 """OpenAI's Responses API (`/v1/responses`): a message of output text and function calls, kept
 (unless `store: false`) to be continued by `previous_response_id`, read back by
-`GET /v1/responses/{id}` and `.../input_items`, and deleted by `DELETE`.
+`GET /v1/responses/{id}` and `.../input_items`, and deleted by `DELETE`; in a `conversation`
+(conversations_api), its input and output are added to the conversation's items.
 
 Requests become the same GenerationRequest as chat; `ResponsesFormat` builds the
 Response object from the GenerationResult, or streams OpenAI's event sequence:
@@ -18,6 +19,7 @@ max_output_tokens cut it short).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -31,6 +33,7 @@ from localspec.errors import LocalspecError, UserInputError
 from localspec.server.logprobs import chat_entries
 from localspec.server.response_store import (
     ConversationStore,
+    NotKeptError,
     ResponseStore,
     StoredResponse,
     turns_size,
@@ -49,6 +52,8 @@ from localspec.types import (
     ToolCall,
     parallel_calls,
 )
+
+log = logging.getLogger("localspec.api")
 
 
 class ResponsesFormat:
@@ -295,7 +300,10 @@ class ResponsesFormat:
         conversation = self.body.conversation_id()
         if self.conversations is not None and conversation is not None:
             added = [*self.body.input_items, *whole["output"]]
-            self.conversations.change(conversation, lambda c: c.items.extend(added))
+            try:
+                self.conversations.change(conversation, lambda c: c.items.extend(added))
+            except NotKeptError:  # deleted (or forgotten) while the reply was written: the reply stands
+                log.info("conversation %s went while a response in it was written", conversation)
         if self.store is not None:
             # The reply as the next request's history: its text and its calls, by the call_ids
             # the client's outputs will answer (reasoning left out, as a client sending the
