@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from localspec.errors import UserInputError
 from localspec.server.response_store import (
     ConversationStore,
     NotKeptError,
@@ -82,3 +83,14 @@ def test_a_reply_in_a_conversation_adds_its_input_and_output_items() -> None:
     items = conversations.items(conversation.id)
     assert [item["id"] for item in items] == ["msg_1", body.input_items[0]["id"], whole["output"][0]["id"]]
     assert whole["store"] is False
+
+
+def test_items_past_the_bound_are_refused_and_the_conversation_kept_as_it_was() -> None:
+    conversations = ConversationStore(max_bytes=2000)
+    conversation = conversations.create({}, [])
+    item = {"id": "msg_1", "type": "message", "role": "user", "content": "x" * 500}
+    conversations.add(conversation.id, [item, {**item, "id": "msg_2"}])
+    with pytest.raises(UserInputError) as full:
+        conversations.add(conversation.id, [{**item, "id": f"msg_{i}"} for i in range(3, 6)])
+    assert "start a new one" in full.value.message and full.value.param == "items"
+    assert [i["id"] for i in conversations.items(conversation.id)] == ["msg_1", "msg_2"]

@@ -54,7 +54,7 @@ async def list_items(request: Request) -> Response:
 
 async def add_items(request: Request) -> Response:
     added = parse_body(await request.body(), ItemsBody).listed_items()
-    server_state(request).conversations.change(request.path_params["id"], lambda c: c.items.extend(added))
+    server_state(request).conversations.add(request.path_params["id"], added)
     page = {"object": "list", "data": added, "has_more": False}
     return JSONResponse({**page, "first_id": added[0]["id"], "last_id": added[-1]["id"]})
 

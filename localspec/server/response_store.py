@@ -197,6 +197,19 @@ class ConversationStore:
         with self._kept.lock:
             return list(self.get(conversation_id, param).items)
 
+    def add(self, conversation_id: str, items: Sequence[dict[str, Any]]) -> Conversation:
+        """Items a client adds: refused where they would take the conversation past the bound
+        (a response's own items always go in: a prompt must fit the context, so they stay small)."""
+        with self._kept.lock:
+            conversation = self.get(conversation_id)
+            if conversation.size() + sum(len(json.dumps(item)) for item in items) > self._kept.max_bytes:
+                raise UserInputError(
+                    f"conversation {conversation_id!r} would hold more than {self._kept.max_bytes >> 20} MiB "
+                    "of items; start a new one",
+                    param="items",
+                )
+            return self.change(conversation_id, lambda c: c.items.extend(items))
+
     def item(self, conversation_id: str, item_id: str) -> dict[str, Any]:
         with self._kept.lock:
             conversation = self.get(conversation_id)
