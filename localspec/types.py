@@ -314,6 +314,16 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
+class CallDelta:
+    """A piece of a tool call being written (engine.callstream): its name in the first piece only,
+    and what is new of its arguments' text (each piece a prefix of the arguments it ends with)."""
+
+    index: int
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class TokenChunk:
     """Text that became final in one step, with its token ids.
 
@@ -335,6 +345,8 @@ class TokenChunk:
     progress: PromptProgress | None = None
     # A thinking model's reasoning that became final in this step (its content is in `text`).
     reasoning: str = ""
+    # What is new of a tool call being written, where calls stream (ToolCallFilter).
+    call: CallDelta | None = None
 
 
 @dataclass(frozen=True)

@@ -466,3 +466,73 @@ def test_custom_tool_errors_are_400s_naming_the_field(
             ).status_code
             == 200
         )
+
+
+# --- a call's arguments stream as written -----------------------------------------------------
+
+
+def _stream_frames(daemon: Daemon, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with daemon.http() as http:
+        text = http.post("/v1/chat/completions", json={**body, "stream": True}).text
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+def test_a_calls_arguments_stream_piece_by_piece_as_the_model_writes_them(
+    client: openai.OpenAI, daemon: Daemon
+) -> None:
+    body: dict[str, Any] = {
+        "model": "tiny-tools",
+        "messages": CHAT,
+        "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        **GREEDY,
+    }
+    (whole,) = client.chat.completions.create(**body).choices[0].message.tool_calls or []
+    frames = _stream_frames(daemon, body)
+    pieces = [
+        (frame.get("localspec"), call)
+        for frame in frames
+        for choice in frame["choices"]
+        for call in choice["delta"].get("tool_calls", ())
+    ]
+    # Many pieces, each in the step whose tokens wrote it (the last frame's is the rest, if any).
+    assert len(pieces) > 3 and all(extra is not None for extra, _ in pieces[:-1])
+    first = pieces[0][1]
+    assert first["id"].startswith("call_") and first["type"] == "function"
+    assert first["function"]["name"] == "get_weather"
+    assert all("id" not in call and "name" not in call["function"] for _, call in pieces[1:])
+    joined = "".join(call["function"]["arguments"] for _, call in pieces)
+    assert joined == whole.function.arguments
+    assert frames[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    # The openai package's stream helper joins them into the same call.
+    with client.chat.completions.stream(**body) as stream:
+        final = stream.get_final_completion()
+    (helped,) = final.choices[0].message.tool_calls or []
+    assert helped.function.name == "get_weather" and helped.function.arguments == whole.function.arguments
+
+
+def test_a_call_cut_by_max_tokens_streams_what_was_written_and_no_raw_text(
+    client: openai.OpenAI, daemon: Daemon
+) -> None:
+    body: dict[str, Any] = {
+        "model": "tiny-tools",
+        "messages": CHAT,
+        "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        **GREEDY,
+    }
+    whole = client.chat.completions.create(**body)
+    (call,) = whole.choices[0].message.tool_calls or []
+    assert whole.usage is not None
+    # Cut where the call's arguments are still being written (the last of its tokens close it).
+    for cut in range(whole.usage.completion_tokens - 1, 0, -1):
+        frames = _stream_frames(daemon, {**body, "max_tokens": cut})
+        deltas = [choice["delta"] for frame in frames for choice in frame["choices"]]
+        joined = "".join(c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", ()))
+        if joined != call.function.arguments:
+            break
+    assert frames[-1]["choices"][0]["finish_reason"] == "length"
+    # What a client holds is the start of the arguments, as OpenAI's stream leaves a cut call;
+    # the call's raw text is never content.
+    assert joined.startswith('{"city": "') and call.function.arguments.startswith(joined)
+    assert joined != call.function.arguments and "".join(d.get("content") or "" for d in deltas) == ""

@@ -10,6 +10,7 @@ import functools
 import re
 from dataclasses import replace
 
+from localspec.engine.callstream import FirstCall
 from localspec.engine.constraint import lark_grammar
 from localspec.engine.llama import LlamaModel
 from localspec.engine.reasoning import ThinkTokens, thinking_first
@@ -25,6 +26,7 @@ from localspec.engine.toolcalls import (
 from localspec.errors import UnsupportedModelError, UserInputError
 from localspec.types import (
     AllowedTools,
+    CallDelta,
     GenerationRequest,
     GenerationResult,
     ToolCall,
@@ -95,10 +97,20 @@ def _opening(head: str, array: bool) -> bool | None:
 class ToolCallFilter:
     """Streams content, holds back what may be a call, and parses the calls at the end."""
 
-    def __init__(self, fmt: ToolFormat, parallel: bool, names: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        fmt: ToolFormat,
+        parallel: bool,
+        names: tuple[str, ...] | None = None,
+        stream_calls: bool = False,
+    ) -> None:
         """`names`: the tools a call may name (None: any). A grammar holds the calls to them where
-        the format allows one; where not, an answer calling another tool stays text."""
+        the format allows one; where not, an answer calling another tool stays text.
+        `stream_calls`: the first call's arguments stream as written (`call_delta`), where a
+        grammar holds the call and the format wraps it in markers."""
         self.fmt = fmt
+        self._first = FirstCall(fmt.start, fmt.args_key) if stream_calls and fmt.start and fmt.end else None
+        self._delta: CallDelta | None = None
         self.parallel = parallel
         self.names = names
         self._text = ""
@@ -111,6 +123,7 @@ class ToolCallFilter:
         """Add newly final text; return the part that is surely content."""
         self._text += text
         if self._holding:
+            self._follow()
             return ""
         if not self._decided and self.fmt.bare:
             opening = _opening(self._text.lstrip(), self.fmt.array)
@@ -123,7 +136,23 @@ class ToolCallFilter:
         end = self._marker_start() if self.fmt.end else len(self._text)
         out = self._text[self._released : end]
         self._released = max(self._released, end)
+        if self._holding:
+            self._follow()
         return out
+
+    def _follow(self) -> None:
+        """The first call's new piece, where it streams."""
+        if self._first is None:
+            return
+        delta = self._first.update(self._text)
+        if delta is not None:
+            old = self._delta
+            self._delta = delta if old is None else CallDelta(0, old.name, old.arguments + delta.arguments)
+
+    def call_delta(self) -> CallDelta | None:
+        """What is new of the call being written since the last look, if anything."""
+        delta, self._delta = self._delta, None
+        return delta
 
     def _marker_start(self) -> int:
         """Where streaming must stop: before the call marker, or a tail that may begin it."""
@@ -154,11 +183,20 @@ class ToolCallFilter:
         return len(calls) > 1 and _key(calls[-1]) in {_key(c) for c in calls[:-1]}
 
     def finish(self, result: GenerationResult) -> tuple[str, GenerationResult]:
-        """The text still to stream, and the result with its calls split from its content."""
+        """The text still to stream, and the result with its calls split from its content. Where the
+        first call streamed, its arguments are the text streamed (the same value as parsed, so a
+        client's joined deltas are the call's arguments); where it was cut off (max_tokens), the
+        call is gone from the result as from the content: its pieces were all a client gets."""
         content, calls = parse_tool_calls(self.fmt, result.text) if self._holding else (result.text, [])
         calls = _once(calls)
         if self.names is not None and any(c.name not in self.names for c in calls):
             content, calls = result.text, []
+        first = self._first
+        if first is not None and first.name is not None:
+            if not calls:
+                return "", replace(result, text=self._text[: self._released].strip())
+            if calls[0].name == first.name and first.arguments.done:
+                calls[0] = replace(calls[0], arguments=first.arguments.text)
         if not calls:
             return self._text[self._released :], result
         if not self.parallel:

@@ -695,6 +695,9 @@ class Engine:
                 tool_format,
                 req.parallel_calls,
                 callable_names(req.tool_choice),
+                # Where the call grammar holds the call (json.dumps' spelling, name first), its
+                # arguments stream as written.
+                stream_calls=job.stream and shape.held and req.json_schema is None,
             )
             if tool_format is not None
             else None
@@ -709,7 +712,7 @@ class Engine:
                 reasoning, text = split.push(chunk.text)
                 out = replace(chunk, text=text, reasoning=reasoning)
             if calls is not None:
-                out = replace(out, text=calls.push(out.text))
+                out = replace(out, text=calls.push(out.text), call=calls.call_delta())
                 if calls.repeated():
                     gen.end()
             if job.stream:
@@ -718,8 +721,9 @@ class Engine:
         if split is not None:
             reasoning, text = split.finish()
             text = calls.push(text) if calls is not None else text
-            if job.stream and (reasoning or text):
-                job.put(TokenChunk(text, (), reasoning=reasoning))
+            delta = calls.call_delta() if calls is not None else None
+            if job.stream and (reasoning or text or delta):
+                job.put(TokenChunk(text, (), reasoning=reasoning, call=delta))
             gen.result = replace(gen.result, text=split.answer, reasoning=split.reasoning)
             if split.reasoning:
                 thought = self._target.tokenize(split.reasoning, add_special=False, parse_special=False)

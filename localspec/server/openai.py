@@ -6,6 +6,7 @@ bare base URL (`http://localhost:8012`) call `/chat/completions`.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -37,7 +38,9 @@ from localspec.server.schemas import (
 from localspec.server.state import ModelState, Run, server_state
 from localspec.server.streaming import frames, respond, stream_response
 from localspec.server.toolschemas import custom_names, openai_tool_calls
-from localspec.types import GenerationRequest, GenerationResult, TokenChunk, TokenLogprob
+from localspec.types import CallDelta, GenerationRequest, GenerationResult, TokenChunk, TokenLogprob
+
+log = logging.getLogger("localspec.api")
 
 
 class OpenAIFormat:
@@ -71,6 +74,8 @@ class OpenAIFormat:
         self.ended: list[GenerationResult] = []  # the choices whose final frame went out
         self._offset = 0  # a streamed completion's text so far, where its tokens' offsets count from
         self._echoed = False  # whether this streamed choice's prompt went out
+        self._call_id: str | None = None  # the streaming call's id, once its name went out
+        self._call_sent = ""  # its arguments sent so far
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
@@ -82,6 +87,7 @@ class OpenAIFormat:
         self._role_sent = False
         self._offset = 0
         self._echoed = False
+        self._call_id, self._call_sent = None, ""
 
     def _echo_text(self) -> str:
         return self.echo[self.index // self.per_prompt] if self.echo else ""
@@ -141,7 +147,24 @@ class OpenAIFormat:
         # localspec extension: token ids and how many came from the draft, for live acceptance views.
         extra = {"token_ids": list(chunk.token_ids), "from_draft": chunk.from_draft}
         choice = self._choice(chunk.text, None, chunk.logprobs, chunk.reasoning)
+        if chunk.call is not None and self.chat:
+            piece = self._call_piece(chunk.call)
+            if piece is not None:
+                choice["delta"]["tool_calls"] = [piece]
         return self._echo() + self._sse({**self._head(True), "choices": [choice], "localspec": extra})
+
+    def _call_piece(self, delta: CallDelta) -> dict[str, Any] | None:
+        """A streaming call's delta as OpenAI sends one: the first with its id, type and name, the
+        rest its arguments alone. A custom tool's call goes whole at the end (its input is text)."""
+        if self._call_id is None:
+            if not delta.name or delta.name in self.custom:
+                return None
+            self._call_id = f"call_{uuid.uuid4().hex[:24]}"
+            self._call_sent = delta.arguments
+            function = {"name": delta.name, "arguments": delta.arguments}
+            return {"index": delta.index, "id": self._call_id, "type": "function", "function": function}
+        self._call_sent += delta.arguments
+        return {"index": delta.index, "function": {"arguments": delta.arguments}}
 
     def _echo(self, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
         """A streamed choice's prompt, once, before its first text."""
@@ -152,11 +175,14 @@ class OpenAIFormat:
 
     def final(self, result: GenerationResult) -> bytes:
         frames = [self._echo()]  # where nothing was generated
-        if result.tool_calls:
-            # The calls in one delta each: clients join the deltas of an index into one call.
-            calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
-            delta = {"tool_calls": calls}
-            choice = {"index": self.index, "delta": delta, "logprobs": None, "finish_reason": None}
+        calls = self._last_pieces(result)
+        if calls:
+            choice = {
+                "index": self.index,
+                "delta": {"tool_calls": calls},
+                "logprobs": None,
+                "finish_reason": None,
+            }
             frames.append(self._sse({**self._head(True), "choices": [choice]}))
         last = {**self._choice(None, finish_reason(result)), "logprobs": None}  # each token's went with it
         body = {**self._head(True), "choices": [last]}
@@ -169,6 +195,19 @@ class OpenAIFormat:
                 self._sse({**self._head(True), "choices": [], "usage": _usage(self.ended, self.per_prompt)})
             )
         return b"".join(frames) + b"data: [DONE]\n\n"
+
+    def _last_pieces(self, result: GenerationResult) -> list[dict[str, Any]]:
+        """The calls in one delta each (clients join the deltas of an index into one call); the one
+        that streamed, what is left of its arguments."""
+        calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
+        if self._call_id is None or not calls:
+            return calls
+        arguments = calls[0]["function"]["arguments"]
+        if not arguments.startswith(self._call_sent):  # ToolCallFilter.finish keeps them one text
+            log.warning("a streamed call's arguments are not the ones it ended with")
+        rest = arguments[len(self._call_sent) :] if arguments.startswith(self._call_sent) else ""
+        first = [{"index": 0, "function": {"arguments": rest}}] if rest else []
+        return first + calls[1:]
 
     def error(self, exc: LocalspecError) -> bytes:
         return self._sse(openai_error_body(exc))

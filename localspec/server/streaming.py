@@ -65,7 +65,13 @@ async def frames(run: Run, first: TokenChunk | GenerationResult, fmt: Format) ->
                 if isinstance(event, GenerationResult):
                     yield b"".join([*out, fmt.final(event)])
                     return
-                if event.text or event.reasoning or event.token_ids or event.progress is not None:
+                if (
+                    event.text
+                    or event.reasoning
+                    or event.token_ids
+                    or event.progress is not None
+                    or event.call
+                ):
                     out.append(fmt.chunk(event))
             if out:
                 yield b"".join(out)
