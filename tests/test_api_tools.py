@@ -471,6 +471,16 @@ def test_custom_tool_errors_are_400s_naming_the_field(
 # --- a call's arguments stream as written -----------------------------------------------------
 
 
+# A forced call to get_weather: its grammar holds it, so its arguments stream.
+NAMED_WEATHER: dict[str, Any] = {
+    "model": "tiny-tools",
+    "messages": CHAT,
+    "tools": TOOLS,
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    **GREEDY,
+}
+
+
 def _stream_frames(daemon: Daemon, body: dict[str, Any]) -> list[dict[str, Any]]:
     with daemon.http() as http:
         text = http.post("/v1/chat/completions", json={**body, "stream": True}).text
@@ -480,13 +490,7 @@ def _stream_frames(daemon: Daemon, body: dict[str, Any]) -> list[dict[str, Any]]
 def test_a_calls_arguments_stream_piece_by_piece_as_the_model_writes_them(
     client: openai.OpenAI, daemon: Daemon
 ) -> None:
-    body: dict[str, Any] = {
-        "model": "tiny-tools",
-        "messages": CHAT,
-        "tools": TOOLS,
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-        **GREEDY,
-    }
+    body = NAMED_WEATHER
     (whole,) = client.chat.completions.create(**body).choices[0].message.tool_calls or []
     frames = _stream_frames(daemon, body)
     pieces = [
@@ -514,13 +518,7 @@ def test_a_calls_arguments_stream_piece_by_piece_as_the_model_writes_them(
 def test_a_call_cut_by_max_tokens_streams_what_was_written_and_no_raw_text(
     client: openai.OpenAI, daemon: Daemon
 ) -> None:
-    body: dict[str, Any] = {
-        "model": "tiny-tools",
-        "messages": CHAT,
-        "tools": TOOLS,
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-        **GREEDY,
-    }
+    body = NAMED_WEATHER
     whole = client.chat.completions.create(**body)
     (call,) = whole.choices[0].message.tool_calls or []
     assert whole.usage is not None
