@@ -169,7 +169,7 @@ class FirstCall:
         self.name: str | None = None
         self.arguments = JsonStream()
         self._body_at: int | None = None  # where the call's text begins in the reply
-        self._read = 0  # characters of the call's text the arguments' stream was given
+        self._read = 0  # characters of the reply the arguments' stream was given, once they began
 
     def update(self, text: str) -> CallDelta | None:
         """`text`: the reply so far. What is new of the call, if anything."""
@@ -178,10 +178,9 @@ class FirstCall:
             if found < 0:
                 return None
             self._body_at = found + len(self.start)
-        body = text[self._body_at :]
         first = self.name is None
         if first:
-            head = self.head.match(body)
+            head = self.head.match(text, self._body_at)
             if head is None:
                 return None
             try:
@@ -189,8 +188,9 @@ class FirstCall:
             except ValueError:
                 return None
             self._read = head.end()
-        piece = self.arguments.feed(body[self._read :])
-        self._read = len(body)
+        # Only the new text: a whole-file call is long, and this runs at every step.
+        piece = self.arguments.feed(text[self._read :])
+        self._read = len(text)
         if not first and not piece:
             return None
         return CallDelta(0, (self.name or "") if first else "", piece)

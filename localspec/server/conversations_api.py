@@ -15,7 +15,7 @@ from starlette.routing import Route
 from localspec.server.response_store import Conversation
 from localspec.server.responses_api import item_page
 from localspec.server.schemas import parse_body
-from localspec.server.schemas_responses import ConversationBody, ItemsBody
+from localspec.server.schemas_responses import ConversationBody, ItemsBody, listed_items
 from localspec.server.state import server_state
 
 
@@ -23,7 +23,7 @@ async def create(request: Request) -> Response:
     raw = await request.body()
     # The SDK's create() with nothing sends no body.
     body = parse_body(raw if raw.strip() else b"{}", ConversationBody)
-    kept = server_state(request).conversations.create(body.checked_metadata(), body.listed_items())
+    kept = server_state(request).conversations.create(body.checked_metadata(), listed_items(body.items or ()))
     return JSONResponse(kept.body())
 
 
@@ -53,7 +53,7 @@ async def list_items(request: Request) -> Response:
 
 
 async def add_items(request: Request) -> Response:
-    added = parse_body(await request.body(), ItemsBody).listed_items()
+    added = listed_items(parse_body(await request.body(), ItemsBody).items)
     server_state(request).conversations.add(request.path_params["id"], added)
     page = {"object": "list", "data": added, "has_more": False}
     return JSONResponse({**page, "first_id": added[0]["id"], "last_id": added[-1]["id"]})

@@ -202,10 +202,11 @@ class OpenAIFormat:
         calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
         if self._call_id is None or not calls:
             return calls
-        arguments = calls[0]["function"]["arguments"]
-        if not arguments.startswith(self._call_sent):  # ToolCallFilter.finish keeps them one text
+        arguments, sent = calls[0]["function"]["arguments"], self._call_sent
+        rest = arguments[len(sent) :]
+        if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
             log.warning("a streamed call's arguments are not the ones it ended with")
-        rest = arguments[len(self._call_sent) :] if arguments.startswith(self._call_sent) else ""
+            rest = ""
         first = [{"index": 0, "function": {"arguments": rest}}] if rest else []
         return first + calls[1:]
 

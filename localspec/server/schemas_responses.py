@@ -256,13 +256,7 @@ class ResponsesBody(_Body):
         """The conversation without the instructions: the continued response's turns, then the input."""
         if isinstance(self.input, str):
             return (*previous, ChatMessage("user", self.input))
-        turns: list[ChatMessage] = list(previous)
-        # call_id -> the function's name, for the output that answers it (a call the continued
-        # response made among them).
-        names = {c.id: c.name for t in previous for c in t.tool_calls}
-        for i, item in enumerate(self.input):
-            _add_item(turns, item, f"input.{i}", names)
-        return tuple(turns)
+        return _turns(self.input, "input", previous)
 
     def chat(self, history: tuple[ChatMessage, ...] | None = None) -> tuple[ChatMessage, ...]:
         """The request's turns: its instructions, then the history (by default, the input's)."""
@@ -349,13 +343,32 @@ def _listed_item(item: InputItem) -> dict[str, Any]:
     return {"id": item_id or _new_id(item.type), **data}
 
 
-def item_turns(items: Sequence[dict[str, Any]], where: str = "items") -> tuple[ChatMessage, ...]:
-    """Items (a conversation's, or ones given to add to one) as turns: each checked as input is."""
-    turns: list[ChatMessage] = []
-    names: dict[str, str] = {}
-    for i, data in enumerate(items):
-        _add_item(turns, _parse(InputItem, data, f"{where}.{i}"), f"{where}.{i}", names)
+def _turns(
+    items: Sequence[InputItem], where: str, previous: tuple[ChatMessage, ...] = ()
+) -> tuple[ChatMessage, ...]:
+    """Items as the turns after `previous`, each checked (`where` names the list they came in)."""
+    turns: list[ChatMessage] = list(previous)
+    # call_id -> the function's name, for the output that answers it (a call among `previous` too).
+    names = {c.id: c.name for t in previous for c in t.tool_calls}
+    for i, item in enumerate(items):
+        _add_item(turns, item, f"{where}.{i}", names)
     return tuple(turns)
+
+
+def _parsed(items: Sequence[dict[str, Any]], where: str) -> list[InputItem]:
+    return [_parse(InputItem, data, f"{where}.{i}") for i, data in enumerate(items)]
+
+
+def item_turns(items: Sequence[dict[str, Any]], where: str = "items") -> tuple[ChatMessage, ...]:
+    """Items (a conversation's) as turns: each checked as input is."""
+    return _turns(_parsed(items, where), where)
+
+
+def listed_items(items: Sequence[dict[str, Any]], where: str = "items") -> list[dict[str, Any]]:
+    """Items given to a conversation, each checked as input is, with ids as they are listed."""
+    parsed = _parsed(items, where)
+    _turns(parsed, where)
+    return [_listed_item(item) for item in parsed]
 
 
 class ConversationBody(_Body):
@@ -372,19 +385,11 @@ class ConversationBody(_Body):
                 )
         return dict(self.metadata or {})
 
-    def listed_items(self) -> list[dict[str, Any]]:
-        item_turns(self.items or ())
-        return [_listed_item(InputItem.model_validate(item)) for item in self.items or ()]
-
 
 class ItemsBody(_Body):
     """POST /v1/conversations/{id}/items."""
 
     items: list[dict[str, Any]] = Field(..., min_length=1, max_length=MAX_ITEMS_ADDED)
-
-    def listed_items(self) -> list[dict[str, Any]]:
-        item_turns(self.items)
-        return [_listed_item(InputItem.model_validate(item)) for item in self.items]
 
 
 def responses_request(
