@@ -8,23 +8,25 @@ whose stream helpers accumulate them as they accumulate Anthropic's and OpenAI's
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anthropic
 import httpx2
 import openai
 from anthropic.types import Message
+from openai.types.responses import Response
 
 from localspec.server.anthropic import AnthropicFormat
 from localspec.server.responses_api import ResponsesFormat
 from localspec.server.schemas_responses import ResponsesBody
-from localspec.types import FinishReason, GenerationResult, GenerationStats, TokenChunk, ToolCall
+from localspec.types import CallDelta, FinishReason, GenerationResult, GenerationStats, TokenChunk, ToolCall
 
 CALLS = (ToolCall("get_weather", '{"city": "Paris"}'), ToolCall("get_time", "{}"))
 TEXT = ["Let me ", "check."]
 
 
-def _result(text: str, calls: tuple[ToolCall, ...]) -> GenerationResult:
-    reason: FinishReason = "tool_calls" if calls else "stop"
+def _result(text: str, calls: tuple[ToolCall, ...], reason: FinishReason | None = None) -> GenerationResult:
+    reason = reason or ("tool_calls" if calls else "stop")
     return GenerationResult(
         text, (1, 2, 3), reason, GenerationStats(tokens=3, prompt_tokens=5), tool_calls=calls
     )
@@ -42,6 +44,20 @@ def _frames(
 
 def _sse(body: bytes) -> Callable[[object], httpx2.Response]:
     return lambda _: httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+
+# The first call streamed as the engine streams it (engine.callstream): its name with the first
+# piece, each piece a prefix of the arguments it ends with; then text the model wrote after it.
+PIECES = [CallDelta(0, "get_weather", '{"city": '), CallDelta(0, "", '"Par'), CallDelta(0, "", 'is"}')]
+
+
+def _streamed_frames(
+    chunk: Callable[[TokenChunk], bytes], final: Callable[[GenerationResult], bytes], result: GenerationResult
+) -> tuple[bytes, bytes]:
+    """The frames sent as the steps came (text, then the call's pieces, then the text the engine
+    sends after the call) and the final ones."""
+    steps = [TokenChunk(t, (1,)) for t in TEXT] + [TokenChunk("", (2,), call=p) for p in PIECES]
+    return b"".join(chunk(s) for s in [*steps, TokenChunk(" Done.", (3,))]), final(result)
 
 
 def _anthropic_stream(body: bytes) -> tuple[str, Message]:
@@ -99,3 +115,98 @@ def test_responses_message_then_two_function_calls() -> None:
     added = [e for e in events if e.type == "response.output_item.added"]
     assert [e.output_index for e in added] == [0, 1, 2]
     assert len({c.call_id for c in calls}) == 2
+
+
+def _responses_stream(body: bytes) -> tuple[list[Any], Response]:
+    """The events and the final response the `openai` stream helper makes of the frames."""
+    http = httpx2.Client(transport=httpx2.MockTransport(_sse(body)))
+    with (
+        openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as client,
+        client.responses.stream(model="m", input="x") as stream,
+    ):
+        return list(stream), stream.get_final_response()
+
+
+WEATHER_TOOLS: list[dict[str, object]] = [
+    {"type": "function", "name": "get_weather", "parameters": {"type": "object"}},
+    {"type": "function", "name": "get_time"},
+]
+
+
+def test_anthropic_streams_the_first_calls_input_as_it_is_written() -> None:
+    fmt = AnthropicFormat("m", 5)
+    steps, end = _streamed_frames(fmt.chunk, fmt.final, _result("Let me check. Done.", CALLS))
+    # The text block closed and the tool_use block opened with the call's first piece, each piece
+    # its own delta as its step came; nothing of the call waits for the end.
+    assert steps.count(b'"content_block_stop"') == 1 and steps.count(b"input_json_delta") == 3
+    assert b'"partial_json":"{\\"city\\": "' in steps and b"Done." not in steps
+    text, final = _anthropic_stream(steps + end)
+    assert [b.type for b in final.content] == ["text", "tool_use", "tool_use", "text"]
+    assert text == "Let me check.Done." and final.stop_reason == "tool_use"
+    uses = [b for b in final.content if b.type == "tool_use"]
+    assert [(u.name, u.input) for u in uses] == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+
+
+def test_anthropic_a_streamed_call_cut_short_closes_as_it_was_sent() -> None:
+    fmt = AnthropicFormat("m", 5)
+    pieces = b"".join(fmt.chunk(TokenChunk("", (2,), call=p)) for p in PIECES[:2])
+    _, final = _anthropic_stream(pieces + fmt.final(_result("", (), "length")))
+    (block,) = final.content
+    assert block.type == "tool_use" and block.name == "get_weather" and final.stop_reason == "max_tokens"
+
+
+def test_responses_streams_the_first_calls_arguments_as_they_are_written() -> None:
+    body = ResponsesBody.model_validate({"model": "m", "input": "x", "tools": WEATHER_TOOLS})
+    fmt = ResponsesFormat("m", body)
+    steps, end = _streamed_frames(fmt.chunk, fmt.final, _result("Let me check. Done.", CALLS))
+    assert steps.count(b"response.function_call_arguments.delta") == 6  # each event names its type twice
+    assert steps.count(b"response.output_item.done") == 2 and b"Done." not in steps
+    events, final = _responses_stream(steps + end)
+    assert [o.type for o in final.output] == ["message", "function_call", "function_call", "message"]
+    texts = [
+        c.text for o in final.output if o.type == "message" for c in o.content if c.type == "output_text"
+    ]
+    assert texts == ["Let me check.", "Done."]
+    calls = [o for o in final.output if o.type == "function_call"]
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("get_weather", '{"city": "Paris"}'),
+        ("get_time", "{}"),
+    ]
+    added = [e for e in events if e.type == "response.output_item.added"]
+    assert [e.output_index for e in added] == [0, 1, 2, 3]
+    # The body a request without stream gets lists the same items, the streamed call's ids kept.
+    whole = fmt.whole(_result("Let me check. Done.", CALLS))
+    assert [o["id"] for o in whole["output"]] == [o.id for o in final.output]
+
+
+def test_responses_a_custom_tools_input_streams_decoded() -> None:
+    tools: list[dict[str, object]] = [{"type": "custom", "name": "shell"}]
+    body = ResponsesBody.model_validate({"model": "m", "input": "x", "tools": tools})
+    fmt = ResponsesFormat("m", body)
+    raw = ['{"input": "ls', " -l \\", 'n"}']
+    steps = b"".join(
+        fmt.chunk(TokenChunk("", (2,), call=CallDelta(0, "shell" if i == 0 else "", p)))
+        for i, p in enumerate(raw)
+    )
+    events, final = _responses_stream(steps + fmt.final(_result("", (ToolCall("shell", "".join(raw)),))))
+    deltas = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    assert deltas == ["ls", " -l ", "\n"]
+    (item,) = final.output
+    assert item.type == "custom_tool_call" and item.input == "ls -l \n"
+
+
+def test_responses_a_streamed_call_cut_short_is_an_incomplete_item() -> None:
+    body = ResponsesBody.model_validate({"model": "m", "input": "x", "tools": WEATHER_TOOLS})
+    fmt = ResponsesFormat("m", body)
+    pieces = b"".join(fmt.chunk(TokenChunk("", (2,), call=p)) for p in PIECES[:2])
+    http = httpx2.Client(transport=httpx2.MockTransport(_sse(pieces + fmt.final(_result("", (), "length")))))
+    with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as client:
+        # The stream helper's final response needs response.completed; an incomplete one ends so.
+        events = list(client.responses.create(model="m", input="x", stream=True))
+    added = [e.item for e in events if e.type == "response.output_item.added"]
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    last = events[-1]
+    assert last.type == "response.incomplete" and last.response.output == done
+    (item,) = done
+    assert item.type == "function_call" and item.status == "incomplete"
+    assert item.arguments == '{"city": "Par' and [item.id] == [a.id for a in added]

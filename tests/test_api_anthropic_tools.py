@@ -82,8 +82,13 @@ def test_a_named_tool_streams_and_the_sdk_accumulates_its_input(client: anthropi
     jsonschema_rs.validator_for(CITY).validate(block.input)
     assert final.stop_reason == "tool_use" and final.usage.output_tokens == whole.usage.output_tokens
     kinds = [e.type for e in events if e.type not in ("input_json", "text")]  # the SDK's own helper events
-    assert kinds == ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
-                     "message_delta", "message_stop"]  # fmt: skip
+    # The input streams as the model writes it: a delta per step that wrote some of it.
+    deltas = kinds.count("content_block_delta")
+    assert deltas > 3 and kinds == ["message_start", "content_block_start",
+                                    *["content_block_delta"] * deltas, "content_block_stop",
+                                    "message_delta", "message_stop"]  # fmt: skip
+    joined = "".join(e.partial_json for e in events if e.type == "input_json")
+    assert json.loads(joined) == whole.content[0].input
 
 
 def test_stream_frames_match_anthropics_shapes(daemon: Daemon) -> None:
@@ -105,6 +110,29 @@ def test_stream_frames_match_anthropics_shapes(daemon: Daemon) -> None:
     assert deltas and all(d["type"] == "input_json_delta" for d in deltas)
     assert isinstance(json.loads("".join(d["partial_json"] for d in deltas)), dict)
     assert datas[-2]["delta"]["stop_reason"] == "tool_use" and datas[-1]["type"] == "message_stop"
+
+
+def test_a_tool_use_cut_by_max_tokens_closes_with_what_was_written(
+    client: anthropic.Anthropic, daemon: Daemon
+) -> None:
+    choice: Any = {"type": "tool", "name": "get_weather"}
+    whole = _create(client, tool_choice=choice)
+    arguments = json.dumps(whole.content[0].input, ensure_ascii=False)
+    body = {"model": "claude-x", "temperature": 0, "messages": ASK, "tools": TOOLS, "stream": True}
+    # Cut where the input is still being written (the last tokens close it).
+    for cut in range(whole.usage.output_tokens - 1, 0, -1):
+        with (
+            daemon.http() as http,
+            http.stream("POST", "/v1/messages", json={**body, "max_tokens": cut, "tool_choice": choice}) as r,
+        ):
+            datas = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        joined = "".join(d["delta"]["partial_json"] for d in datas if d["type"] == "content_block_delta")
+        if joined != arguments:
+            break
+    assert joined and arguments.startswith(joined)
+    kinds = [d["type"] for d in datas]
+    assert kinds.count("content_block_start") == kinds.count("content_block_stop") == 1
+    assert datas[-2]["delta"]["stop_reason"] == "max_tokens" and datas[-1]["type"] == "message_stop"
 
 
 def test_a_tool_use_and_its_result_in_the_history_round_trip(client: anthropic.Anthropic) -> None:

@@ -105,7 +105,7 @@ def test_allowed_tools_required_calls_the_allowed_tool(client: openai.OpenAI) ->
         assert out.tool_choice.type == "allowed_tools"
 
 
-def test_a_named_call_streams_as_function_call_events(client: openai.OpenAI) -> None:
+def test_a_named_call_streams_its_arguments_as_the_model_writes_them(client: openai.OpenAI) -> None:
     kw: dict[str, Any] = {
         "model": "tiny-tools",
         "input": ASK,
@@ -116,25 +116,62 @@ def test_a_named_call_streams_as_function_call_events(client: openai.OpenAI) -> 
     }
     (whole,) = client.responses.create(**kw).output
     events = list(client.responses.create(stream=True, **kw))
-    assert [e.type for e in events] == [
+    kinds = [e.type for e in events]
+    deltas = [e for e in events if e.type == "response.function_call_arguments.delta"]
+    # The item opens with the call's name; its arguments come in many deltas, one per step that
+    # wrote some of them (the last, where the call's end was read, what is left, if anything).
+    assert len(deltas) > 3 and kinds == [
         "response.created",
         "response.in_progress",
         "response.output_item.added",
-        "response.function_call_arguments.delta",
+        *["response.function_call_arguments.delta"] * len(deltas),
         "response.function_call_arguments.done",
         "response.output_item.done",
         "response.completed",
     ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    added, delta, done_args, done = events[2:6]
+    added, done_args, done = events[2], events[-3], events[-2]
+    assert (
+        added.type == "response.output_item.added"
+        and done_args.type == "response.function_call_arguments.done"
+    )
+    assert done.type == "response.output_item.done"
     assert added.item.type == "function_call" and added.item.status == "in_progress"
     assert added.item.name == "get_weather" and added.output_index == 0
-    assert delta.delta == done_args.arguments == done.item.arguments == whole.arguments
-    assert delta.item_id == done.item.id == added.item.id
+    assert "".join(d.delta for d in deltas) == done_args.arguments == done.item.arguments
+    assert done.item.arguments == whole.arguments
+    assert {d.item_id for d in deltas} == {done.item.id} == {added.item.id}
     jsonschema_rs.validator_for(CITY).validate(json.loads(done_args.arguments))
-    final = events[-1].response
-    assert [o.type for o in final.output] == ["function_call"]
-    assert final.output[0].call_id == done.item.call_id
+    final = events[-1]
+    assert final.type == "response.completed" and [o.type for o in final.response.output] == ["function_call"]
+    assert final.response.output[0].call_id == done.item.call_id
+
+
+def test_a_call_cut_by_max_output_tokens_is_an_incomplete_item_holding_what_was_written(
+    client: openai.OpenAI,
+) -> None:
+    kw: dict[str, Any] = {
+        "model": "tiny-tools",
+        "input": ASK,
+        "tools": TOOLS,
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        **GREEDY,
+    }
+    whole = client.responses.create(**kw)
+    (call,) = whole.output
+    assert call.type == "function_call" and whole.usage is not None
+    # Cut where the arguments are still being written (the last tokens close them).
+    for cut in range(whole.usage.output_tokens - 1, 0, -1):
+        events = list(client.responses.create(stream=True, **{**kw, "max_output_tokens": cut}))
+        joined = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+        if joined != call.arguments:
+            break
+    assert joined and call.arguments.startswith(joined) and joined != call.arguments
+    last = events[-1]
+    assert last.type == "response.incomplete"
+    (item,) = last.response.output
+    assert item.type == "function_call" and item.status == "incomplete" and item.arguments == joined
+    assert not [e for e in events if e.type == "response.output_text.delta"]  # no raw call as text
 
 
 def test_a_call_and_its_output_in_the_input_round_trip(client: openai.OpenAI) -> None:
@@ -350,7 +387,7 @@ def test_a_regex_custom_tool_and_free_text_one(client: openai.OpenAI) -> None:
     assert cut.status == "incomplete" and [t.type for t in cut.tools] == ["custom", "custom"]
 
 
-def test_a_custom_call_streams_as_custom_tool_call_input_events(client: openai.OpenAI) -> None:
+def test_a_custom_calls_input_streams_as_text_as_the_model_writes_it(client: openai.OpenAI) -> None:
     tool: Any = {**SHELL, "format": {**LARK, "definition": LS}}
     kw: dict[str, Any] = {
         "model": "tiny-tools",
@@ -361,19 +398,27 @@ def test_a_custom_call_streams_as_custom_tool_call_input_events(client: openai.O
     }
     (whole,) = client.responses.create(**kw).output
     events = list(client.responses.create(stream=True, **kw))
-    assert [e.type for e in events] == [
+    deltas = [e for e in events if e.type == "response.custom_tool_call_input.delta"]
+    assert len(deltas) > 1 and [e.type for e in events] == [
         "response.created",
         "response.in_progress",
         "response.output_item.added",
-        "response.custom_tool_call_input.delta",
+        *["response.custom_tool_call_input.delta"] * len(deltas),
         "response.custom_tool_call_input.done",
         "response.output_item.done",
         "response.completed",
     ]
-    added, delta, done_input, done = events[2:6]
-    assert added.item.type == "custom_tool_call" and added.item.input == ""
-    assert delta.delta == done_input.input == done.item.input == whole.input
-    assert delta.item_id == done.item.id == added.item.id and done.item.id.startswith("ctc_")
+    added, done_input, done = events[2], events[-3], events[-2]
+    assert added.type == "response.output_item.added" and added.item.type == "custom_tool_call"
+    assert added.item.input == ""
+    assert (
+        done_input.type == "response.custom_tool_call_input.done" and done.type == "response.output_item.done"
+    )
+    # The text itself, piece by piece, never the JSON the model wrote it in.
+    assert "".join(d.delta for d in deltas) == done_input.input == whole.input
+    assert all("{" not in d.delta and '"' not in d.delta for d in deltas)
+    assert {d.item_id for d in deltas} == {done.item.id} == {added.item.id}
+    assert done.item.id.startswith("ctc_")
 
 
 def test_a_custom_call_and_its_output_render_as_the_same_call_in_chat(

@@ -8,9 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localspec.engine.callstream import JsonStream
+from localspec.engine.callstream import FieldText, JsonStream
 from localspec.engine.toolcalls import HERMES
 from localspec.engine.tooluse import ToolCallFilter
+from localspec.server.responses import json_bytes
 from localspec.types import CallDelta, GenerationResult, GenerationStats
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -106,3 +107,41 @@ def test_without_streaming_nothing_changes() -> None:
     reply = '<tool_call>\n{"name": "write", "arguments": {"path": "a.'
     assert calls.push(reply) == "" and calls.call_delta() is None
     assert calls.finish(_result(reply, "length"))[0] == reply
+
+
+# --- a custom tool's input: the text of its one field, decoded as its JSON streams ------------
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=40), st.lists(st.integers(min_value=0), max_size=8))
+def test_a_fields_text_streams_as_its_objects_canonical_json_does_however_cut(
+    text: str, cuts: list[int]
+) -> None:
+    canonical = json.dumps({"input": text}, ensure_ascii=False)
+    field, at, pieces = FieldText("input"), 0, []
+    for cut in [*sorted(c % (len(canonical) + 1) for c in cuts), len(canonical)]:
+        pieces.append(field.feed(canonical[at:cut]))
+        at = max(at, cut)
+    assert "".join(pieces) == field.text == text
+
+
+def test_an_escape_cut_between_pieces_waits_for_its_end() -> None:
+    field = FieldText("input")
+    assert [field.feed(p) for p in ['{"inp', 'ut": "ls', " -l \\", "n\\u00", '1f"}']] == [
+        "",
+        "ls",
+        " -l ",
+        "\n",
+        "\x1f",
+    ]
+
+
+def test_a_lone_surrogate_streams_and_its_body_is_still_json() -> None:
+    stream, field = JsonStream(), FieldText("input")
+    text = field.feed(stream.feed('{"input": "a\\ud800b"}'))
+    assert text == "a\ud800b" and json.loads(json_bytes({"delta": text})) == {"delta": text}
+
+
+def test_arguments_that_are_not_the_one_field_object_stream_nothing() -> None:
+    field = FieldText("input")
+    assert field.feed('{"cmd": "ls"}') == "" and field.feed("more") == "" and field.text == ""

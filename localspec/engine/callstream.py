@@ -194,3 +194,47 @@ class FirstCall:
         if not first and not piece:
             return None
         return CallDelta(0, (self.name or "") if first else "", piece)
+
+
+class FieldText:
+    """One string field's text, decoded as the canonical JSON of its object streams (a custom
+    tool's call is `{"input": "..."}`; its client is sent the input, not the JSON). Where the
+    arguments begin otherwise, nothing is given: the input then goes whole when the call ends."""
+
+    def __init__(self, key: str) -> None:
+        self.head = "{" + json.dumps(key, ensure_ascii=False) + ': "'
+        self.text = ""  # the field's text so far
+        self._raw = ""
+        self._at = 0  # where in _raw the undecoded text begins, once past the head
+        self._ended = False
+
+    def feed(self, piece: str) -> str:
+        """More of the arguments' canonical text; what is new of the field's text."""
+        self._raw += piece
+        if self._at == 0:
+            if not self._raw.startswith(self.head):
+                if not self.head.startswith(self._raw):
+                    self._ended = True  # not the one-field object: nothing streams
+                return ""
+            self._at = len(self.head)
+        start = len(self.text)
+        raw, at = self._raw, self._at
+        while at < len(raw) and not self._ended:
+            ch = raw[at]
+            if ch == '"':
+                self._ended = True
+            elif ch != "\\":
+                self.text += ch
+                at += 1
+            elif at + 1 < len(raw) and raw[at + 1] != "u":
+                self.text += _ESCAPES.get(raw[at + 1], raw[at + 1])
+                at += 2
+            elif at + 6 <= len(raw):
+                digits = raw[at + 2 : at + 6]
+                hexed = all(c in "0123456789abcdefABCDEF" for c in digits)
+                self.text += chr(int(digits, 16)) if hexed else raw[at : at + 6]  # not JSON: as written
+                at += 6
+            else:
+                break  # an escape cut by the piece's end: the next piece completes it
+        self._at = at
+        return self.text[start:]

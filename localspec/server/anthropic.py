@@ -11,6 +11,7 @@ otherwise) means the model served here. Errors have Anthropic's shape (app.rende
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -20,12 +21,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec.errors import LocalspecError
-from localspec.server.responses import anthropic_error_body, json_bytes
+from localspec.server.responses import anthropic_error_body, json_bytes, text_after
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody, messages_request
 from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
-from localspec.types import GenerationRequest, GenerationResult, TokenChunk, ToolCall
+from localspec.types import CallDelta, GenerationRequest, GenerationResult, TokenChunk, ToolCall
+
+log = logging.getLogger("localspec.api")
 
 
 def stop_reason(result: GenerationResult) -> tuple[str, str | None]:
@@ -57,9 +60,11 @@ class AnthropicFormat:
     block and tool_use blocks, usage in input and output tokens.
 
     Streamed, each block opens with its first text (the reasoning comes first, and its block closes
-    as the answer begins); a call's text is held back by the engine while it is written, so each
-    tool_use block goes out whole at the end, its input in one input_json_delta. A thinking block
-    has no signature: nothing here signs it, and it comes back to this daemon only.
+    as the answer begins). The first call streams as the model writes it, where the engine streams
+    it (a grammar holds it): the block before closes, its tool_use block opens, and its input goes
+    out in input_json_delta pieces; text after it comes as a text block after the calls. Later
+    calls go out whole at the end, each input in one input_json_delta. A thinking block has no
+    signature: nothing here signs it, and it comes back to this daemon only.
     """
 
     media_type = "text/event-stream"
@@ -72,6 +77,10 @@ class AnthropicFormat:
         self._blocks = 0  # content blocks opened so far, the next block's index
         self._open_kind: str | None = None  # the block open now: "thinking" or "text"
         self._texted = False  # whether a text block was opened
+        self._said = ""  # the text streamed so far
+        self._tool: dict[str, Any] | None = None  # the streaming call's block, once its name went out
+        self._tool_index = 0
+        self._tool_sent = ""  # its input's JSON sent so far
 
     @staticmethod
     def _event(data: dict[str, Any]) -> bytes:
@@ -143,32 +152,77 @@ class AnthropicFormat:
     def chunk(self, chunk: TokenChunk) -> bytes:
         # A step may have nothing to show (a call's text held back while it is written).
         out = [self._start()]
-        if chunk.reasoning:
+        if chunk.reasoning and self._tool is None:
             out += [
                 self._into("thinking"),
                 self._delta({"type": "thinking_delta", "thinking": chunk.reasoning}),
             ]
-        if chunk.text:
+        if chunk.text and self._tool is None:  # text after a streamed call goes out at the end
             out += [self._into("text"), self._delta({"type": "text_delta", "text": chunk.text})]
+            self._said += chunk.text
+        if chunk.call is not None:
+            out.append(self._tool_piece(chunk.call))
+        return b"".join(out)
+
+    def _tool_piece(self, delta: CallDelta) -> bytes:
+        """A piece of the streaming call; its first closes the block before it and opens its own."""
+        out = []
+        if self._tool is None:
+            if not delta.name:
+                return b""
+            out.append(self._close())
+            self._tool = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": delta.name}
+            self._tool_index = self._blocks
+            out.append(self._open({**self._tool, "input": {}}))
+        if delta.arguments:
+            self._tool_sent += delta.arguments
+            out.append(self._json_delta(self._tool_index, delta.arguments))
+        return b"".join(out)
+
+    def _json_delta(self, index: int, partial: str) -> bytes:
+        delta = {"type": "input_json_delta", "partial_json": partial}
+        return self._event({"type": "content_block_delta", "index": index, "delta": delta})
+
+    def _end_tool(self, result: GenerationResult) -> bytes:
+        """The streamed call's end, then the calls and text after it, whole. A call cut short
+        (max_tokens) closes as it was sent; the result has no such call."""
+        assert self._tool is not None
+        out, calls = [], result.tool_calls
+        blocks = tool_use_blocks(calls)
+        if calls and calls[0].name == self._tool["name"]:
+            arguments, sent = calls[0].arguments, self._tool_sent
+            rest = arguments[len(sent) :]
+            if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
+                log.warning("a streamed call's arguments are not the ones it ended with")
+                rest = ""
+            out.append(self._json_delta(self._tool_index, rest) if rest else b"")
+            blocks = blocks[1:]
+        out.append(self._event({"type": "content_block_stop", "index": self._tool_index}))
+        out.extend(self._tool_use(b) for b in blocks)
+        after = text_after(self._said, result.text)
+        if after:
+            out += [self._into("text"), self._delta({"type": "text_delta", "text": after}), self._close()]
         return b"".join(out)
 
     def _tool_use(self, block: dict[str, Any]) -> bytes:
         index = self._blocks
-        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
         return b"".join(
             [
                 self._open({**block, "input": {}}),
-                self._event({"type": "content_block_delta", "index": index, "delta": delta}),
+                self._json_delta(index, json.dumps(block["input"], ensure_ascii=False)),
                 self._event({"type": "content_block_stop", "index": index}),
             ]
         )
 
     def final(self, result: GenerationResult) -> bytes:
         out = [self._start()]
-        if not self._texted and not result.tool_calls:
-            out.append(self._into("text"))  # an empty answer is one empty text block
-        out.append(self._close())
-        out.extend(self._tool_use(b) for b in tool_use_blocks(result.tool_calls))
+        if self._tool is not None:
+            out.append(self._end_tool(result))
+        else:
+            if not self._texted and not result.tool_calls:
+                out.append(self._into("text"))  # an empty answer is one empty text block
+            out.append(self._close())
+            out.extend(self._tool_use(b) for b in tool_use_blocks(result.tool_calls))
         reason, sequence = stop_reason(result)
         delta = {"stop_reason": reason, "stop_sequence": sequence}
         out.append(

@@ -98,4 +98,18 @@ def stats_fields(stats: GenerationStats) -> dict[str, Any]:
 
 
 def json_bytes(data: dict[str, Any]) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (a call's JSON may escape one, `"\\ud800"`) has no UTF-8: escaped, the
+        # body is still the same JSON value.
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
+def text_after(streamed: str, text: str) -> str:
+    """The reply's text after a call that streamed: its content past the text streamed before the
+    call (the content is the text with the calls taken out, stripped)."""
+    before = streamed.strip()
+    if not text.startswith(before):  # ToolCallFilter.finish keeps the streamed text a prefix
+        return text
+    return text[len(before) :].strip()

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from localspec.engine.callstream import FieldText
 from localspec.errors import LocalspecError, UserInputError
 from localspec.server.logprobs import chat_entries
 from localspec.server.response_store import (
@@ -38,13 +39,14 @@ from localspec.server.response_store import (
     StoredResponse,
     turns_size,
 )
-from localspec.server.responses import json_bytes, stats_fields
+from localspec.server.responses import json_bytes, stats_fields, text_after
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_responses import ResponsesBody, item_turns, responses_request
 from localspec.server.state import ServerState, server_state
 from localspec.server.streaming import respond
-from localspec.server.toolschemas import custom_input
+from localspec.server.toolschemas import CUSTOM_INPUT, custom_input
 from localspec.types import (
+    CallDelta,
     ChatMessage,
     GenerationResult,
     TokenChunk,
@@ -60,9 +62,11 @@ class ResponsesFormat:
     """A Response: a reasoning item where a thinking model reasoned, an assistant message holding one
     output_text part, then a function_call item per call.
 
-    Streamed, the message opens with the first text; a call's text is held back by the engine
-    while it is written, so each function_call item goes out whole at the end, its arguments in
-    one delta. A response of calls alone has no message item.
+    Streamed, the message opens with the first text. The first call streams as the model writes
+    it, where the engine streams it (a grammar holds it): the message (and reasoning) item closes,
+    the call's item opens, and its arguments (a custom tool's input, decoded) go out piece by piece;
+    text after it comes as a message item after the calls. Later calls go out whole at the end, each
+    in one delta. A response of calls alone has no message item.
     """
 
     media_type = "text/event-stream"
@@ -93,6 +97,13 @@ class ResponsesFormat:
         self._started = False
         self._opened = False  # the message item was announced
         self._calls: list[dict[str, Any]] | None = None
+        self._said = ""  # the message's text streamed so far
+        self._said_logprobs: list[TokenLogprob] = []
+        self._message_done: dict[str, Any] | None = None  # the message as closed when a call began
+        self._call: dict[str, Any] | None = None  # the streaming call's item, once its name went out
+        self._call_sent = ""  # its arguments (a custom tool's input) sent so far
+        self._call_index = 0  # its place among the output items
+        self._input: FieldText | None = None  # a custom tool's input, decoded from its arguments
         self.logprobs = body.logprobs_asked() is not None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -107,9 +118,11 @@ class ResponsesFormat:
     def _part(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> dict[str, Any]:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": self._logprobs(logprobs)}
 
-    def _item(self, text: str | None, logprobs: Sequence[TokenLogprob] = ()) -> dict[str, Any]:
+    def _item(
+        self, text: str | None, logprobs: Sequence[TokenLogprob] = (), item_id: str | None = None
+    ) -> dict[str, Any]:
         return {
-            "id": self.item_id,
+            "id": item_id or self.item_id,
             "type": "message",
             "status": "in_progress" if text is None else "completed",
             "role": "assistant",
@@ -122,7 +135,18 @@ class ResponsesFormat:
         if self._calls is None:
             custom = self.body.custom_names()
             self._calls = [_call_item(c, c.name in custom) for c in result.tool_calls]
+            streamed = self._call
+            if streamed is not None and self._calls and self._calls[0]["name"] == streamed["name"]:
+                self._calls[0] = {**self._calls[0], "id": streamed["id"], "call_id": streamed["call_id"]}
         return self._calls
+
+    def _cut_call(self, result: GenerationResult) -> list[dict[str, Any]]:
+        """The streamed call, where the reply ended before it did (max_output_tokens): an incomplete
+        item holding what was sent of it (no call the next turn answers)."""
+        streamed, calls = self._call, self._call_items(result)
+        if streamed is None or (calls and calls[0]["id"] == streamed["id"]):
+            return []
+        return [{**streamed, "status": "incomplete", _field(streamed): self._call_sent}]
 
     def _reasoning_item(self, text: str | None) -> dict[str, Any]:
         return {
@@ -135,8 +159,14 @@ class ResponsesFormat:
 
     def _output(self, result: GenerationResult) -> list[dict[str, Any]]:
         reasoning = [self._reasoning_item(result.reasoning)] if result.reasoning else []
-        message = [self._item(result.text, result.logprobs)] if result.text or not result.tool_calls else []
-        return reasoning + message + self._call_items(result)
+        if self._call is None:
+            shown = result.text or not result.tool_calls
+            message = [self._item(result.text, result.logprobs)] if shown else []
+            return reasoning + message + self._call_items(result)
+        before = [self._message_done] if self._message_done is not None else []
+        rest = text_after(self._said, result.text)
+        after = [self._item(rest, (), self.item_id + "_after")] if rest else []
+        return reasoning + before + self._cut_call(result) + self._call_items(result) + after
 
     def _response(self, result: GenerationResult | None) -> dict[str, Any]:
         status = "in_progress"
@@ -229,18 +259,81 @@ class ResponsesFormat:
     def chunk(self, chunk: TokenChunk) -> bytes:
         # Events are numbered in the order they are made: the start first.
         out = [self._start()]
-        if chunk.reasoning:
+        if chunk.reasoning and self._call is None:
             out.append(self._think(chunk.reasoning))
-        if chunk.text:  # else a step whose text is held back (a call being written), or reasoning
+        # Else a step whose text is held back (a call being written), or reasoning; text after a
+        # streamed call goes out at the end, after the calls.
+        if chunk.text and self._call is None:
             logprobs = self._logprobs(chunk.logprobs)
             out.append(self._open())
             out.append(
                 self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=logprobs)
             )
+            self._said += chunk.text
+            self._said_logprobs.extend(chunk.logprobs)
+        if chunk.call is not None:
+            out.append(self._call_piece(chunk.call))
         return b"".join(out)
 
-    def _close_message(self, result: GenerationResult) -> bytes:
-        text, logprobs = result.text, result.logprobs
+    def _call_piece(self, delta: CallDelta) -> bytes:
+        """A piece of the streaming call; its first closes the items before it and opens its own."""
+        out = []
+        if self._call is None:
+            if not delta.name:
+                return b""
+            custom = delta.name in self.body.custom_names()
+            index = self._message_index() + self._opened
+            out.append(self._close_reasoning())
+            if self._opened:
+                text, logprobs = self._said.strip(), tuple(self._said_logprobs)
+                out.append(self._close_message(text, logprobs))
+                self._message_done = self._item(text, logprobs)
+            self._call = _call_item(ToolCall(delta.name, ""), custom)
+            self._input = FieldText(CUSTOM_INPUT) if custom else None
+            item = {**self._call, "status": "in_progress"}
+            out.append(self._event("response.output_item.added", output_index=index, item=item))
+            self._call_index = index
+        piece = self._input.feed(delta.arguments) if self._input is not None else delta.arguments
+        if piece:
+            self._call_sent += piece
+            at = {"item_id": self._call["id"], "output_index": self._call_index}
+            out.append(self._event(f"response.{_kind(self._call)}.delta", **at, delta=piece))
+        return b"".join(out)
+
+    def _end_call(self, index: int, item: dict[str, Any]) -> bytes:
+        """The streamed call's end: what is left of it, its done event and its whole item."""
+        field, sent = _field(item), self._call_sent
+        value = item[field]
+        rest = value[len(sent) :]
+        if not value.startswith(sent):  # ToolCallFilter.finish keeps them one text
+            log.warning("a streamed call's arguments are not the ones it ended with")
+            rest = ""
+        at = {"item_id": item["id"], "output_index": index}
+        kind = _kind(item)
+        return b"".join(
+            [
+                self._event(f"response.{kind}.delta", **at, delta=rest) if rest else b"",
+                self._event(f"response.{kind}.done", **at, **{field: value}),
+                self._event("response.output_item.done", output_index=index, item=item),
+            ]
+        )
+
+    def _whole_message(self, index: int, item: dict[str, Any]) -> bytes:
+        """A message item sent whole (the text after a streamed call)."""
+        text = item["content"][0]["text"]
+        at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        return b"".join(
+            [
+                self._event("response.output_item.added", output_index=index, item={**item, "content": []}),
+                self._event("response.content_part.added", **at, part=self._part("")),
+                self._event("response.output_text.delta", **at, delta=text, logprobs=[]),
+                self._event("response.output_text.done", **at, text=text, logprobs=[]),
+                self._event("response.content_part.done", **at, part=self._part(text)),
+                self._event("response.output_item.done", output_index=index, item=item),
+            ]
+        )
+
+    def _close_message(self, text: str, logprobs: Sequence[TokenLogprob]) -> bytes:
         return b"".join(
             [
                 self._open(),
@@ -258,11 +351,7 @@ class ResponsesFormat:
 
     def _call_events(self, index: int, item: dict[str, Any]) -> bytes:
         at = {"item_id": item["id"], "output_index": index}
-        field, kind = (
-            ("input", "custom_tool_call_input")
-            if "input" in item
-            else ("arguments", "function_call_arguments")
-        )
+        field, kind = _field(item), _kind(item)
         return b"".join(
             [
                 self._event(
@@ -278,15 +367,37 @@ class ResponsesFormat:
 
     def final(self, result: GenerationResult) -> bytes:
         out = [self._start(), self._close_reasoning()]
-        first = self._message_index()
-        if self._opened or result.text or not result.tool_calls:
-            out.append(self._close_message(result))
-            first += 1
-        out.extend(self._call_events(first + i, item) for i, item in enumerate(self._call_items(result)))
+        if self._call is None:
+            first = self._message_index()
+            if self._opened or result.text or not result.tool_calls:
+                out.append(self._close_message(result.text, result.logprobs))
+                first += 1
+            calls = self._call_items(result)
+            out.extend(self._call_events(first + i, item) for i, item in enumerate(calls))
+        else:
+            out.append(self._after_call(result))
         whole = self._kept(result)
         end = "response.incomplete" if whole["status"] == "incomplete" else "response.completed"
         out.append(self._event(end, response=whole))
         return b"".join(out)
+
+    def _after_call(self, result: GenerationResult) -> bytes:
+        """Where a call streamed: its end, then the items after it, whole."""
+        out, streamed = [], self._call_id()
+        items = self._output(result)
+        at = next(i for i, item in enumerate(items) if item["id"] == streamed)
+        for index, item in enumerate(items[at:], start=at):
+            if index == at:
+                out.append(self._end_call(index, item))
+            elif item["type"] == "message":
+                out.append(self._whole_message(index, item))
+            else:
+                out.append(self._call_events(index, item))
+        return b"".join(out)
+
+    def _call_id(self) -> str:
+        assert self._call is not None
+        return str(self._call["id"])
 
     def error(self, exc: LocalspecError) -> bytes:
         return self._event("error", code=exc.code, message=exc.message, param=exc.param)
@@ -333,6 +444,16 @@ def _call_item(call: ToolCall, custom: bool) -> dict[str, Any]:
         "name": call.name,
         field: value,
     }
+
+
+def _field(item: dict[str, Any]) -> str:
+    """The field a call item's text is in: a function call's arguments, a custom tool's input."""
+    return "input" if item["type"] == "custom_tool_call" else "arguments"
+
+
+def _kind(item: dict[str, Any]) -> str:
+    """The name its streamed pieces' events go by."""
+    return "custom_tool_call_input" if item["type"] == "custom_tool_call" else "function_call_arguments"
 
 
 def _reasoning_part(text: str) -> dict[str, Any]:
