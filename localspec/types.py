@@ -345,8 +345,8 @@ class TokenChunk:
     progress: PromptProgress | None = None
     # A thinking model's reasoning that became final in this step (its content is in `text`).
     reasoning: str = ""
-    # What is new of a tool call being written, where calls stream (ToolCallFilter).
-    call: CallDelta | None = None
+    # What is new of the tool calls being written, where calls stream (ToolCallFilter).
+    calls: tuple[CallDelta, ...] = ()
 
 
 @dataclass(frozen=True)

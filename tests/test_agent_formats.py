@@ -7,6 +7,7 @@ whose stream helpers accumulate them as they accumulate Anthropic's and OpenAI's
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from anthropic.types import Message
 from openai.types.responses import Response
 
 from localspec.server.anthropic import AnthropicFormat
+from localspec.server.openai import OpenAIFormat
 from localspec.server.responses_api import ResponsesFormat
 from localspec.server.schemas_responses import ResponsesBody
 from localspec.types import CallDelta, FinishReason, GenerationResult, GenerationStats, TokenChunk, ToolCall
@@ -56,7 +58,7 @@ def _streamed_frames(
 ) -> tuple[bytes, bytes]:
     """The frames sent as the steps came (text, then the call's pieces, then the text the engine
     sends after the call) and the final ones."""
-    steps = [TokenChunk(t, (1,)) for t in TEXT] + [TokenChunk("", (2,), call=p) for p in PIECES]
+    steps = [TokenChunk(t, (1,)) for t in TEXT] + [TokenChunk("", (2,), calls=(p,)) for p in PIECES]
     return b"".join(chunk(s) for s in [*steps, TokenChunk(" Done.", (3,))]), final(result)
 
 
@@ -149,7 +151,7 @@ def test_anthropic_streams_the_first_calls_input_as_it_is_written() -> None:
 
 def test_anthropic_a_streamed_call_cut_short_closes_as_it_was_sent() -> None:
     fmt = AnthropicFormat("m", 5)
-    pieces = b"".join(fmt.chunk(TokenChunk("", (2,), call=p)) for p in PIECES[:2])
+    pieces = b"".join(fmt.chunk(TokenChunk("", (2,), calls=(p,))) for p in PIECES[:2])
     _, final = _anthropic_stream(pieces + fmt.final(_result("", (), "length")))
     (block,) = final.content
     assert block.type == "tool_use" and block.name == "get_weather" and final.stop_reason == "max_tokens"
@@ -185,7 +187,7 @@ def test_responses_a_custom_tools_input_streams_decoded() -> None:
     fmt = ResponsesFormat("m", body)
     raw = ['{"input": "ls', " -l \\", 'n"}']
     steps = b"".join(
-        fmt.chunk(TokenChunk("", (2,), call=CallDelta(0, "shell" if i == 0 else "", p)))
+        fmt.chunk(TokenChunk("", (2,), calls=(CallDelta(0, "shell" if i == 0 else "", p),)))
         for i, p in enumerate(raw)
     )
     events, final = _responses_stream(steps + fmt.final(_result("", (ToolCall("shell", "".join(raw)),))))
@@ -198,7 +200,7 @@ def test_responses_a_custom_tools_input_streams_decoded() -> None:
 def test_responses_a_streamed_call_cut_short_is_an_incomplete_item() -> None:
     body = ResponsesBody.model_validate({"model": "m", "input": "x", "tools": WEATHER_TOOLS})
     fmt = ResponsesFormat("m", body)
-    pieces = b"".join(fmt.chunk(TokenChunk("", (2,), call=p)) for p in PIECES[:2])
+    pieces = b"".join(fmt.chunk(TokenChunk("", (2,), calls=(p,))) for p in PIECES[:2])
     http = httpx2.Client(transport=httpx2.MockTransport(_sse(pieces + fmt.final(_result("", (), "length")))))
     with openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as client:
         # The stream helper's final response needs response.completed; an incomplete one ends so.
@@ -210,3 +212,58 @@ def test_responses_a_streamed_call_cut_short_is_an_incomplete_item() -> None:
     (item,) = done
     assert item.type == "function_call" and item.status == "incomplete"
     assert item.arguments == '{"city": "Par' and [item.id] == [a.id for a in added]
+
+
+# Two calls streamed one after the other (parallel calls), each with its index.
+TWO = [*PIECES, CallDelta(1, "get_time", "{"), CallDelta(1, "", "}")]
+
+
+def _two_streamed(chunk: Callable[[TokenChunk], bytes]) -> bytes:
+    steps = [TokenChunk(t, (1,)) for t in TEXT] + [TokenChunk("", (2,), calls=(p,)) for p in TWO]
+    return b"".join(chunk(s) for s in steps)
+
+
+def test_anthropic_streams_each_call_in_its_own_block() -> None:
+    fmt = AnthropicFormat("m", 5)
+    steps = _two_streamed(fmt.chunk)
+    # Each call's block opened as its first piece came; the first closed as the second began.
+    assert steps.count(b'"content_block_start"') == 3 and steps.count(b'"content_block_stop"') == 2
+    _, final = _anthropic_stream(steps + fmt.final(_result("Let me check.", CALLS)))
+    assert [b.type for b in final.content] == ["text", "tool_use", "tool_use"]
+    uses = [b for b in final.content if b.type == "tool_use"]
+    assert [(u.name, u.input) for u in uses] == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+
+
+def test_responses_streams_each_call_in_its_own_item() -> None:
+    body = ResponsesBody.model_validate({"model": "m", "input": "x", "tools": WEATHER_TOOLS})
+    fmt = ResponsesFormat("m", body)
+    steps = _two_streamed(fmt.chunk)
+    assert steps.count(b"response.output_item.added") == 6 and steps.count(b"response.output_item.done") == 4
+    events, final = _responses_stream(steps + fmt.final(_result("Let me check.", CALLS)))
+    assert [o.type for o in final.output] == ["message", "function_call", "function_call"]
+    calls = [o for o in final.output if o.type == "function_call"]
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("get_weather", '{"city": "Paris"}'),
+        ("get_time", "{}"),
+    ]
+    added = [e for e in events if e.type == "response.output_item.added"]
+    assert [(e.output_index, e.item.id) for e in added] == [(i, o.id) for i, o in enumerate(final.output)]
+
+
+def test_chat_completions_stream_each_call_with_its_index() -> None:
+    fmt = OpenAIFormat("m", chat=True, include_usage=False)
+    body = _two_streamed(fmt.chunk) + fmt.final(_result("Let me check.", CALLS))
+    frames = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: {")]
+    heads = [c for f in frames for ch in f["choices"] for c in ch["delta"].get("tool_calls", ()) if "id" in c]
+    assert [(c["index"], c["function"]["name"]) for c in heads] == [(0, "get_weather"), (1, "get_time")]
+    http = httpx2.Client(transport=httpx2.MockTransport(_sse(body)))
+    with (
+        openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http) as client,
+        client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "x"}]) as stream,
+    ):
+        message = stream.get_final_completion().choices[0].message
+    assert message.content == "Let me check." and message.tool_calls is not None
+    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        ("get_weather", '{"city": "Paris"}'),
+        ("get_time", "{}"),
+    ]

@@ -146,6 +146,46 @@ def test_a_forced_call_unasked_for_parallel_calls_is_one_call(client: openai.Ope
     assert call.function.name == "get_weather" and "Paris" in _city(call.function.arguments)
 
 
+def test_parallel_calls_stream_each_call_as_the_model_writes_it(client: openai.OpenAI) -> None:
+    # Held to calls with several allowed, the 1.5B writes call after call: each streams under its
+    # own index, and a call that repeats an earlier one (it ends the reply) is never sent.
+    two: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What is the weather in Paris and in London right now?"}
+    ]
+    kw: dict[str, Any] = {
+        "model": MODEL,
+        "messages": two,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "parallel_tool_calls": True,
+        "temperature": 0,
+        "max_tokens": 120,
+    }
+    whole = client.chat.completions.create(**kw).choices[0]
+    calls = whole.message.tool_calls or []
+    assert len(calls) >= 2, whole
+    joined: dict[int, list[str]] = {}
+    frames: dict[int, int] = {}  # how many frames carried a piece of each call
+    finish = None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for choice in chunk.choices:
+            finish = choice.finish_reason or finish
+            for call in choice.delta.tool_calls or []:
+                frames[call.index] = frames.get(call.index, 0) + 1
+                got = joined.setdefault(call.index, ["", ""])
+                got[0] += (call.function and call.function.name) or ""
+                got[1] += (call.function and call.function.arguments) or ""
+    assert finish == whole.finish_reason
+    assert [tuple(joined[i]) for i in range(len(calls))] == [
+        (c.function.name, c.function.arguments) for c in calls
+    ]
+    # The second call too went out as it was written, not whole at the end (a call waits while it
+    # is word for word the start of an earlier one: the 1.5B's calls all begin `{"city": "`).
+    assert frames[1] >= 2, (frames, calls)
+    # Beyond the reply's calls, at most the one cut by max_tokens, whose pieces are a start.
+    assert len(joined) - len(calls) <= (1 if finish == "length" else 0)
+
+
 # A custom tool (input as text, held to a Lark grammar), as Codex's apply_patch is one.
 LS_GRAMMAR = 'start: "ls " FLAGS? PATH\nFLAGS: "-" /[la]{1,2}/ " "\nPATH: /[a-z.\\/]{1,16}/\n'
 LS_INPUT = r"ls (-[la]{1,2} )?[a-z./]{1,16}"

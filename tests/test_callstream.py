@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localspec.engine.callstream import FieldText, JsonStream
-from localspec.engine.toolcalls import HERMES
+from localspec.engine.toolcalls import HERMES, LLAMA3, MISTRAL
 from localspec.engine.tooluse import ToolCallFilter
 from localspec.server.responses import json_bytes
 from localspec.types import CallDelta, GenerationResult, GenerationStats
@@ -81,12 +81,10 @@ def test_the_first_call_streams_through_the_filter_and_ends_as_the_text_it_strea
     reply = (
         'Sure.<tool_call>\n{"name": "write", "arguments": {"path": "a.py", "body": "x\\u00e9"}}\n</tool_call>'
     )
-    content, pieces = "", []
+    content, pieces = "", list[CallDelta]()
     for ch in reply:
         content += calls.push(ch)
-        delta = calls.call_delta()
-        if delta is not None:
-            pieces.append(delta)
+        pieces.extend(calls.call_deltas())
     assert content == "Sure." and pieces[0].name == "write" and all(p.name == "" for p in pieces[1:])
     joined = "".join(p.arguments for p in pieces)
     assert joined == json.dumps({"path": "a.py", "body": "xé"}, ensure_ascii=False)
@@ -97,7 +95,7 @@ def test_the_first_call_streams_through_the_filter_and_ends_as_the_text_it_strea
 def test_a_cut_call_leaves_neither_a_call_nor_its_raw_text() -> None:
     calls = ToolCallFilter(HERMES, parallel=False, stream_calls=True)
     reply = 'ok<tool_call>\n{"name": "write", "arguments": {"path": "a.'
-    assert calls.push(reply) == "ok" and calls.call_delta() == CallDelta(0, "write", '{"path": "a.')
+    assert calls.push(reply) == "ok" and calls.call_deltas() == (CallDelta(0, "write", '{"path": "a.'),)
     tail, result = calls.finish(_result(reply, "length"))
     assert tail == "" and result.text == "ok" and not result.tool_calls and result.finish_reason == "length"
 
@@ -105,8 +103,111 @@ def test_a_cut_call_leaves_neither_a_call_nor_its_raw_text() -> None:
 def test_without_streaming_nothing_changes() -> None:
     calls = ToolCallFilter(HERMES, parallel=False)
     reply = '<tool_call>\n{"name": "write", "arguments": {"path": "a.'
-    assert calls.push(reply) == "" and calls.call_delta() is None
+    assert calls.push(reply) == "" and calls.call_deltas() == ()
     assert calls.finish(_result(reply, "length"))[0] == reply
+
+
+def _stream(calls: ToolCallFilter, reply: str, step: int = 3) -> tuple[str, list[CallDelta]]:
+    """The reply pushed a few characters a step: its content and the call pieces streamed."""
+    content, pieces = "", list[CallDelta]()
+    for at in range(0, len(reply), step):
+        content += calls.push(reply[at : at + step])
+        pieces.extend(calls.call_deltas())
+    return content, pieces
+
+
+def _joined(pieces: list[CallDelta]) -> dict[int, tuple[str, str]]:
+    out: dict[int, tuple[str, str]] = {}
+    for p in pieces:
+        name, arguments = out.get(p.index, ("", ""))
+        assert (p.name != "") == (p.index not in out)  # the name with a call's first piece only
+        out[p.index] = (name or p.name, arguments + p.arguments)
+    return out
+
+
+def _wrapped(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+def test_parallel_calls_each_stream_with_their_index() -> None:
+    calls = ToolCallFilter(HERMES, parallel=True, stream_calls=True)
+    reply = _wrapped("read", '{"path": "a.py"}') + "\n" + _wrapped("read", '{"path": "b.py"}')
+    content, pieces = _stream(calls, reply)
+    assert content == "" and _joined(pieces) == {
+        0: ("read", '{"path": "a.py"}'),
+        1: ("read", '{"path": "b.py"}'),
+    }
+    # A step's pieces of one call come as one; the second's start after the first's end.
+    assert [p.index for p in pieces] == sorted(p.index for p in pieces)
+    _, result = calls.finish(_result(reply))
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [
+        ("read", '{"path": "a.py"}'),
+        ("read", '{"path": "b.py"}'),
+    ]
+
+
+def test_a_call_repeating_an_earlier_one_is_never_sent() -> None:
+    calls = ToolCallFilter(HERMES, parallel=True, stream_calls=True)
+    first = _wrapped("read", '{"path": "a.py"}')
+    _, pieces = _stream(calls, first + "\n" + first)
+    assert calls.repeated()  # the reply ends here (the worker ends it), the repeat dropped
+    assert _joined(pieces) == {0: ("read", '{"path": "a.py"}')}
+    _, result = calls.finish(_result(first + "\n" + first))
+    assert [c.arguments for c in result.tool_calls] == ['{"path": "a.py"}']
+
+
+def test_a_later_call_waits_while_it_may_be_a_repeat_then_streams_from_its_start() -> None:
+    calls = ToolCallFilter(HERMES, parallel=True, stream_calls=True)
+    _, pieces = _stream(
+        calls,
+        _wrapped("read", '{"path": "a.py"}') + '\n<tool_call>\n{"name": "read", "arguments": {"path": "a.',
+    )
+    assert set(_joined(pieces)) == {0}  # the second is so far word for word the first
+    calls.push("txt")
+    (piece,) = calls.call_deltas()
+    assert piece == CallDelta(1, "read", '{"path": "a.txt')
+
+
+def test_a_cut_later_call_leaves_the_calls_before_it() -> None:
+    calls = ToolCallFilter(HERMES, parallel=True, stream_calls=True)
+    reply = _wrapped("read", '{"path": "a.py"}') + '\n<tool_call>\n{"name": "write", "arguments": {"path": "b'
+    _, pieces = _stream(calls, reply)
+    assert _joined(pieces) == {0: ("read", '{"path": "a.py"}'), 1: ("write", '{"path": "b')}
+    tail, result = calls.finish(_result(reply, "length"))
+    assert tail == "" and result.text == "" and result.finish_reason == "length"
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("read", '{"path": "a.py"}')]
+
+
+def test_without_parallel_calls_only_the_first_streams() -> None:
+    calls = ToolCallFilter(HERMES, parallel=False, stream_calls=True)
+    reply = _wrapped("read", '{"path": "a.py"}') + "\n" + _wrapped("read", '{"path": "b.py"}')
+    assert set(_joined(_stream(calls, reply)[1])) == {0}
+
+
+def test_a_bare_llama3_call_streams() -> None:
+    calls = ToolCallFilter(LLAMA3, parallel=False, stream_calls=True)
+    reply = '{"name": "write", "parameters": {"path": "a.py", "body": "x = 1\\n"}}'
+    content, pieces = _stream(calls, reply, step=2)
+    assert content == "" and _joined(pieces) == {0: ("write", '{"path": "a.py", "body": "x = 1\\n"}')}
+    _, result = calls.finish(_result(reply))
+    assert result.tool_calls[0].arguments == _joined(pieces)[0][1]
+
+
+def test_a_mistral_array_streams_each_call_and_a_cut_keeps_the_whole_ones() -> None:
+    one, two = '{"name": "read", "arguments": {"path": "a"}}', '{"name": "read", "arguments": {"path": "b"}}'
+    reply = f"[TOOL_CALLS] [{one}, {two}]"
+    calls = ToolCallFilter(MISTRAL, parallel=True, stream_calls=True)
+    _, pieces = _stream(calls, reply)
+    assert _joined(pieces) == {0: ("read", '{"path": "a"}'), 1: ("read", '{"path": "b"}')}
+    assert [c.arguments for c in calls.finish(_result(reply))[1].tool_calls] == [
+        '{"path": "a"}',
+        '{"path": "b"}',
+    ]
+    # Cut in the second call: the array's parse is lost, the first call stands as it streamed.
+    cut = ToolCallFilter(MISTRAL, parallel=True, stream_calls=True)
+    _stream(cut, reply[:-12])
+    _, result = cut.finish(_result(reply[:-12], "length"))
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("read", '{"path": "a"}')]
 
 
 # --- a custom tool's input: the text of its one field, decoded as its JSON streams ------------

@@ -273,6 +273,54 @@ def test_a_model_that_would_call_on_and_on_stops_at_its_first_repeat(tiny_dir: P
             assert not parallel_calls(None, NamedTool("get_time")) and parallel_calls(True, "required")
 
 
+def _streamed_calls(
+    engine: Engine, request: GenerationRequest
+) -> tuple[dict[int, list[str]], GenerationResult]:
+    """Each streamed call's name and arguments joined from its pieces, by index; the result."""
+    handle = engine.submit(request, stream=True)
+    joined: dict[int, list[str]] = {}
+    while not isinstance(event := handle.next_event(timeout=120), GenerationResult):
+        assert not isinstance(event, BaseException), event
+        for delta in event.calls:
+            got = joined.setdefault(delta.index, ["", ""])
+            assert (delta.name != "") == (got[0] == "")  # the name once, with the first piece
+            got[0] += delta.name
+            got[1] += delta.arguments
+    return joined, event
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tools", "calls"),
+    [
+        ("hello world", (WEATHER,), 3),  # three calls, then the reply ends
+        ("the cat sat on", (WEATHER, TIME), 1),  # get_time, then get_time again: the repeat ends it
+    ],
+)
+def test_parallel_calls_stream_each_under_its_index_and_end_as_streamed(
+    tiny_dir: Path, prompt: str, tools: tuple[ToolSpec, ...], calls: int
+) -> None:
+    # The model that calls on and on, streamed: each call's pieces under its index join into the
+    # call the result holds; a repeat that ended the reply was never sent; the greedy reply is the
+    # one a request without streaming gets.
+    endless = tinymodels.write_endless_tool_target(tiny_dir / "tiny-tools-endless.gguf")
+    with make_engine(endless, load=TINY) as engine:
+        request = GenerationRequest(
+            messages=(ChatMessage("user", prompt),),
+            tools=tools,
+            tool_choice="required",
+            parallel_tool_calls=True,
+            max_tokens=600,
+            speculative=SpecParams("none", 4),
+            cache_prompt=False,
+        )
+        joined, result = _streamed_calls(engine, request)
+        assert len(result.tool_calls) == calls and result.finish_reason == "tool_calls"
+        assert [tuple(joined[i]) for i in range(len(joined))] == [
+            (c.name, c.arguments) for c in result.tool_calls
+        ]
+        assert result.token_ids == engine.generate(request).token_ids
+
+
 def test_the_tools_reach_the_prompt(hermes_engine: Engine) -> None:
     # A call in the history and the tool list both render: the prompt grows by their tokens.
     plain = GenerationRequest(messages=(ChatMessage("user", "hi"),), max_tokens=1, cache_prompt=False)

@@ -37,6 +37,7 @@ class JsonStream:
         self._high = ""  # a high surrogate waiting for its low half
         self._atom = ""  # a number or literal read so far
         self._key = False  # the string being read is an object's key
+        self.consumed = 0  # raw characters read (where the value ends, once done)
 
     def feed(self, raw: str) -> str:
         """Read more raw text; return what is new of the canonical text. What follows the value
@@ -46,6 +47,7 @@ class JsonStream:
             if self.done:
                 break
             self._read(ch)
+            self.consumed += 1
         return self.text[start:]
 
     def finish(self) -> str:
@@ -153,47 +155,105 @@ class JsonStream:
         self.text += text
 
 
-# A wrapped call's head, up to where its arguments begin: `{"name": "...", "arguments": `.
+# A call's head, up to where its arguments begin: `{"name": "...", "arguments": `.
 def _head(args_key: str) -> re.Pattern[str]:
     return re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"' + re.escape(args_key) + r'"\s*:\s*')
 
 
-class FirstCall:
-    """The reply's first call (after its `start` marker), streamed once its name is written and
-    where its arguments follow it (a grammar writes them in that order); a call written otherwise
-    goes whole at the end, as before."""
+_ARRAY_OPEN = re.compile(r"\s*\[")
+_ARRAY_NEXT = re.compile(r"\s*\}\s*,")  # the call's object closed, the next one follows
 
-    def __init__(self, start: str, args_key: str) -> None:
+
+class _Call:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.arguments = JsonStream()
+        self.shown = False  # its name went out (a later call waits until it is surely no repeat)
+        self.sent = 0  # characters of its arguments' text sent
+
+
+class CallStreams:
+    """The reply's calls, each streamed once its name is written and where its arguments follow it
+    (a grammar writes them in that order; a call written otherwise goes whole at the end).
+
+    Where each call begins: after its `start` marker (Hermes: `<tool_call>` before each); in one
+    JSON array after the marker (Mistral: `[TOOL_CALLS][{...}, {...}]`); or at the reply's start
+    (bare JSON: Llama 3's, one call). With `parallel`, calls after the first stream too; each
+    waits until it differs from every earlier call to the same tool, since a call that repeats an
+    earlier one word for word ends the reply and is dropped (ToolCallFilter.repeated): a client
+    is never sent a call the reply does not hold."""
+
+    def __init__(self, start: str, args_key: str, array: bool, parallel: bool) -> None:
         self.start = start
         self.head = _head(args_key)
-        self.name: str | None = None
-        self.arguments = JsonStream()
-        self._body_at: int | None = None  # where the call's text begins in the reply
-        self._read = 0  # characters of the reply the arguments' stream was given, once they began
+        self.array = array
+        self.parallel = parallel
+        self.calls: list[_Call] = []
+        self._read = 0  # characters of the reply read: where the next call is looked for
 
-    def update(self, text: str) -> CallDelta | None:
-        """`text`: the reply so far. What is new of the call, if anything."""
-        if self._body_at is None:
-            found = text.find(self.start)
+    def update(self, text: str) -> list[CallDelta]:
+        """`text`: the reply so far. What is new of its calls, if anything."""
+        out: list[CallDelta] = []
+        while True:
+            call = self.calls[-1] if self.calls else None
+            if call is None or call.arguments.done:
+                if (call is not None and not self.parallel) or not self._open(text):
+                    return out
+                call = self.calls[-1]
+            # Only the new text: a whole-file call is long, and this runs at every step.
+            before = call.arguments.consumed
+            call.arguments.feed(text[self._read :])
+            self._read += call.arguments.consumed - before
+            delta = self._delta(len(self.calls) - 1, call)
+            if delta is not None:
+                out.append(delta)
+            if not call.arguments.done:
+                return out
+
+    def _open(self, text: str) -> bool:
+        """Read the next call's head, where it is written yet."""
+        at = self._read
+        if self.array:
+            if self.calls:
+                sep = _ARRAY_NEXT.match(text, at)
+            else:  # after the marker, or at the start where the marker is not text
+                found = text.find(self.start, at)
+                sep = _ARRAY_OPEN.match(text, found + len(self.start) if found >= 0 else at)
+            if sep is None:
+                return False
+            at = sep.end()
+        elif self.start:
+            found = text.find(self.start, at)
             if found < 0:
-                return None
-            self._body_at = found + len(self.start)
-        first = self.name is None
-        if first:
-            head = self.head.match(text, self._body_at)
-            if head is None:
-                return None
-            try:
-                self.name = json.loads(f'"{head.group(1)}"')
-            except ValueError:
-                return None
-            self._read = head.end()
-        # Only the new text: a whole-file call is long, and this runs at every step.
-        piece = self.arguments.feed(text[self._read :])
-        self._read = len(text)
-        if not first and not piece:
-            return None
-        return CallDelta(0, (self.name or "") if first else "", piece)
+                return False
+            at = found + len(self.start)
+        elif self.calls:
+            return False  # bare JSON holds one call
+        head = self.head.match(text, at)
+        if head is None:
+            return False
+        try:
+            name = json.loads(f'"{head.group(1)}"')
+        except ValueError:
+            return False
+        self.calls.append(_Call(name))
+        self._read = head.end()
+        return True
+
+    def _delta(self, index: int, call: _Call) -> CallDelta | None:
+        text = call.arguments.text
+        if not call.shown:
+            if any(c.name == call.name and c.arguments.text.startswith(text) for c in self.calls[:index]):
+                return None  # maybe a repeat: it waits
+            call.shown = True
+            call.sent = len(text)
+            return CallDelta(index, call.name, text)
+        piece, call.sent = text[call.sent :], len(text)
+        return CallDelta(index, "", piece) if piece else None
+
+    def shown(self) -> list[_Call]:
+        """The calls whose pieces went out, in order."""
+        return [c for c in self.calls if c.shown]
 
 
 class FieldText:

@@ -10,7 +10,7 @@ import functools
 import re
 from dataclasses import replace
 
-from localspec.engine.callstream import FirstCall
+from localspec.engine.callstream import CallStreams
 from localspec.engine.constraint import lark_grammar
 from localspec.engine.llama import LlamaModel
 from localspec.engine.reasoning import ThinkTokens, thinking_first
@@ -106,11 +106,15 @@ class ToolCallFilter:
     ) -> None:
         """`names`: the tools a call may name (None: any). A grammar holds the calls to them where
         the format allows one; where not, an answer calling another tool stays text.
-        `stream_calls`: the first call's arguments stream as written (`call_delta`), where a
-        grammar holds the call and the format wraps it in markers."""
+        `stream_calls`: the calls' arguments stream as written (`call_deltas`), where a grammar
+        holds the calls (their JSON then begins with the name, and every call closes)."""
         self.fmt = fmt
-        self._first = FirstCall(fmt.start, fmt.args_key) if stream_calls and fmt.start and fmt.end else None
-        self._delta: CallDelta | None = None
+        self._streams = (
+            CallStreams(fmt.start, fmt.args_key, fmt.array, parallel)
+            if stream_calls and fmt.bare  # harmony's calls come whole from its own split
+            else None
+        )
+        self._deltas: list[CallDelta] = []
         self.parallel = parallel
         self.names = names
         self._text = ""
@@ -132,6 +136,7 @@ class ToolCallFilter:
             self._decided = True
             if opening:
                 self._holding = True
+                self._follow()
                 return ""
         end = self._marker_start() if self.fmt.end else len(self._text)
         out = self._text[self._released : end]
@@ -141,18 +146,20 @@ class ToolCallFilter:
         return out
 
     def _follow(self) -> None:
-        """The first call's new piece, where it streams."""
-        if self._first is None:
+        """The calls' new pieces, where they stream; a call's pieces since the last look as one."""
+        if self._streams is None:
             return
-        delta = self._first.update(self._text)
-        if delta is not None:
-            old = self._delta
-            self._delta = delta if old is None else CallDelta(0, old.name, old.arguments + delta.arguments)
+        for delta in self._streams.update(self._text):
+            last = self._deltas[-1] if self._deltas else None
+            if last is not None and last.index == delta.index:
+                self._deltas[-1] = CallDelta(delta.index, last.name, last.arguments + delta.arguments)
+            else:
+                self._deltas.append(delta)
 
-    def call_delta(self) -> CallDelta | None:
-        """What is new of the call being written since the last look, if anything."""
-        delta, self._delta = self._delta, None
-        return delta
+    def call_deltas(self) -> tuple[CallDelta, ...]:
+        """What is new of the calls being written since the last look."""
+        deltas, self._deltas = tuple(self._deltas), []
+        return deltas
 
     def _marker_start(self) -> int:
         """Where streaming must stop: before the call marker, or a tail that may begin it."""
@@ -183,20 +190,23 @@ class ToolCallFilter:
         return len(calls) > 1 and _key(calls[-1]) in {_key(c) for c in calls[:-1]}
 
     def finish(self, result: GenerationResult) -> tuple[str, GenerationResult]:
-        """The text still to stream, and the result with its calls split from its content. Where the
-        first call streamed, its arguments are the text streamed (the same value as parsed, so a
-        client's joined deltas are the call's arguments); where it was cut off (max_tokens), the
-        call is gone from the result as from the content: its pieces were all a client gets."""
+        """The text still to stream, and the result with its calls split from its content. Where
+        calls streamed, their arguments are the text streamed (the same values as parsed, so a
+        client's joined deltas are each call's arguments); where the last was cut off
+        (max_tokens), it is gone from the result as from the content: its pieces were all a
+        client gets, and the calls before it stand."""
         content, calls = parse_tool_calls(self.fmt, result.text) if self._holding else (result.text, [])
         calls = _once(calls)
         if self.names is not None and any(c.name not in self.names for c in calls):
             content, calls = result.text, []
-        first = self._first
-        if first is not None and first.name is not None:
-            if not calls:
-                return "", replace(result, text=self._text[: self._released].strip())
-            if calls[0].name == first.name and first.arguments.done:
-                calls[0] = replace(calls[0], arguments=first.arguments.text)
+        shown = self._streams.shown() if self._streams is not None else []
+        whole = [c for c in shown if c.arguments.done]
+        if len(whole) < len(shown) or len(calls) < len(whole):  # cut short (an array's parse is lost)
+            kept = tuple(ToolCall(c.name, c.arguments.text) for c in whole)
+            return "", replace(result, text=self._text[: self._released].strip(), tool_calls=kept)
+        for i, written in enumerate(whole):
+            if calls[i].name == written.name:
+                calls[i] = replace(calls[i], arguments=written.arguments.text)
         if not calls:
             return self._text[self._released :], result
         if not self.parallel:

@@ -712,7 +712,7 @@ class Engine:
                 reasoning, text = split.push(chunk.text)
                 out = replace(chunk, text=text, reasoning=reasoning)
             if calls is not None:
-                out = replace(out, text=calls.push(out.text), call=calls.call_delta())
+                out = replace(out, text=calls.push(out.text), calls=calls.call_deltas())
                 if calls.repeated():
                     gen.end()
             if job.stream:
@@ -721,9 +721,9 @@ class Engine:
         if split is not None:
             reasoning, text = split.finish()
             text = calls.push(text) if calls is not None else text
-            delta = calls.call_delta() if calls is not None else None
-            if job.stream and (reasoning or text or delta):
-                job.put(TokenChunk(text, (), reasoning=reasoning, call=delta))
+            deltas = calls.call_deltas() if calls is not None else ()
+            if job.stream and (reasoning or text or deltas):
+                job.put(TokenChunk(text, (), reasoning=reasoning, calls=deltas))
             gen.result = replace(gen.result, text=split.answer, reasoning=split.reasoning)
             if split.reasoning:
                 thought = self._target.tokenize(split.reasoning, add_special=False, parse_special=False)

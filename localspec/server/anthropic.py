@@ -55,16 +55,26 @@ def tool_use_blocks(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
     ]
 
 
+class _Tool:
+    """A call that streams: its name, its content block, its input's JSON sent so far."""
+
+    def __init__(self, name: str, block: int) -> None:
+        self.name = name
+        self.block = block
+        self.sent = ""
+
+
 class AnthropicFormat:
     """A Message as Anthropic shapes it: a thinking block (a thinking model's reasoning), a text
     block and tool_use blocks, usage in input and output tokens.
 
     Streamed, each block opens with its first text (the reasoning comes first, and its block closes
-    as the answer begins). The first call streams as the model writes it, where the engine streams
-    it (a grammar holds it): the block before closes, its tool_use block opens, and its input goes
-    out in input_json_delta pieces; text after it comes as a text block after the calls. Later
-    calls go out whole at the end, each input in one input_json_delta. A thinking block has no
-    signature: nothing here signs it, and it comes back to this daemon only.
+    as the answer begins). Calls stream as the model writes them, where the engine streams them (a
+    grammar holds them): the block before closes, the call's tool_use block opens, and its input
+    goes out in input_json_delta pieces; text after the calls comes as a text block after them. A
+    call that did not stream (none held it) goes out whole at the end, its input in one
+    input_json_delta. A thinking block has no signature: nothing here signs it, and it comes back
+    to this daemon only.
     """
 
     media_type = "text/event-stream"
@@ -78,9 +88,8 @@ class AnthropicFormat:
         self._open_kind: str | None = None  # the block open now: "thinking" or "text"
         self._texted = False  # whether a text block was opened
         self._said = ""  # the text streamed so far
-        self._tool: dict[str, Any] | None = None  # the streaming call's block, once its name went out
-        self._tool_index = 0
-        self._tool_sent = ""  # its input's JSON sent so far
+        # The calls that streamed, by their index: name, content block index, input JSON sent.
+        self._tools: dict[int, _Tool] = {}
 
     @staticmethod
     def _event(data: dict[str, Any]) -> bytes:
@@ -152,53 +161,64 @@ class AnthropicFormat:
     def chunk(self, chunk: TokenChunk) -> bytes:
         # A step may have nothing to show (a call's text held back while it is written).
         out = [self._start()]
-        if chunk.reasoning and self._tool is None:
+        if chunk.reasoning and not self._tools:
             out += [
                 self._into("thinking"),
                 self._delta({"type": "thinking_delta", "thinking": chunk.reasoning}),
             ]
-        if chunk.text and self._tool is None:  # text after a streamed call goes out at the end
+        if chunk.text and not self._tools:  # text after a streamed call goes out at the end
             out += [self._into("text"), self._delta({"type": "text_delta", "text": chunk.text})]
             self._said += chunk.text
-        if chunk.call is not None:
-            out.append(self._tool_piece(chunk.call))
+        out.extend(self._tool_piece(delta) for delta in chunk.calls)
         return b"".join(out)
 
     def _tool_piece(self, delta: CallDelta) -> bytes:
-        """A piece of the streaming call; its first closes the block before it and opens its own."""
+        """A piece of a streaming call; a call's first closes the block before it and opens its own."""
         out = []
-        if self._tool is None:
+        tool = self._tools.get(delta.index)
+        if tool is None:
             if not delta.name:
                 return b""
-            out.append(self._close())
-            self._tool = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": delta.name}
-            self._tool_index = self._blocks
-            out.append(self._open({**self._tool, "input": {}}))
+            last = self._last_tool()
+            out.append(self._close() if last is None else self._stop(last.block))
+            tool = _Tool(delta.name, self._blocks)
+            self._tools[delta.index] = tool
+            block = {"type": "tool_use", "id": "toolu_" + uuid.uuid4().hex[:24], "name": delta.name}
+            out.append(self._open({**block, "input": {}}))
         if delta.arguments:
-            self._tool_sent += delta.arguments
-            out.append(self._json_delta(self._tool_index, delta.arguments))
+            tool.sent += delta.arguments
+            out.append(self._json_delta(tool.block, delta.arguments))
         return b"".join(out)
+
+    def _last_tool(self) -> _Tool | None:
+        return next(reversed(self._tools.values()), None)
+
+    def _stop(self, index: int) -> bytes:
+        return self._event({"type": "content_block_stop", "index": index})
 
     def _json_delta(self, index: int, partial: str) -> bytes:
         delta = {"type": "input_json_delta", "partial_json": partial}
         return self._event({"type": "content_block_delta", "index": index, "delta": delta})
 
     def _end_tool(self, result: GenerationResult) -> bytes:
-        """The streamed call's end, then the calls and text after it, whole. A call cut short
+        """The last streamed call's end, then the calls and text after it, whole. A call cut short
         (max_tokens) closes as it was sent; the result has no such call."""
-        assert self._tool is not None
-        out, calls = [], result.tool_calls
-        blocks = tool_use_blocks(calls)
-        if calls and calls[0].name == self._tool["name"]:
-            arguments, sent = calls[0].arguments, self._tool_sent
-            rest = arguments[len(sent) :]
-            if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
-                log.warning("a streamed call's arguments are not the ones it ended with")
-                rest = ""
-            out.append(self._json_delta(self._tool_index, rest) if rest else b"")
-            blocks = blocks[1:]
-        out.append(self._event({"type": "content_block_stop", "index": self._tool_index}))
-        out.extend(self._tool_use(b) for b in blocks)
+        last = self._last_tool()
+        assert last is not None
+        out, calls, whole = [], result.tool_calls, []
+        for i, block in enumerate(tool_use_blocks(calls)):
+            tool = self._tools.get(i)
+            if tool is None or tool.name != calls[i].name:
+                whole.append(block)
+            elif tool is last:
+                arguments, sent = calls[i].arguments, tool.sent
+                rest = arguments[len(sent) :]
+                if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
+                    log.warning("a streamed call's arguments are not the ones it ended with")
+                    rest = ""
+                out.append(self._json_delta(tool.block, rest) if rest else b"")
+        out.append(self._stop(last.block))
+        out.extend(self._tool_use(b) for b in whole)
         after = text_after(self._said, result.text)
         if after:
             out += [self._into("text"), self._delta({"type": "text_delta", "text": after}), self._close()]
@@ -216,7 +236,7 @@ class AnthropicFormat:
 
     def final(self, result: GenerationResult) -> bytes:
         out = [self._start()]
-        if self._tool is not None:
+        if self._tools:
             out.append(self._end_tool(result))
         else:
             if not self._texted and not result.tool_calls:

@@ -74,8 +74,7 @@ class OpenAIFormat:
         self.ended: list[GenerationResult] = []  # the choices whose final frame went out
         self._offset = 0  # a streamed completion's text so far, where its tokens' offsets count from
         self._echoed = False  # whether this streamed choice's prompt went out
-        self._call_id: str | None = None  # the streaming call's id, once its name went out
-        self._call_sent = ""  # its arguments sent so far
+        self._streamed: dict[int, str] = {}  # each streaming call's arguments sent so far, by index
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
@@ -87,7 +86,7 @@ class OpenAIFormat:
         self._role_sent = False
         self._offset = 0
         self._echoed = False
-        self._call_id, self._call_sent = None, ""
+        self._streamed = {}
 
     def _echo_text(self) -> str:
         return self.echo[self.index // self.per_prompt] if self.echo else ""
@@ -147,24 +146,28 @@ class OpenAIFormat:
         # localspec extension: token ids and how many came from the draft, for live acceptance views.
         extra = {"token_ids": list(chunk.token_ids), "from_draft": chunk.from_draft}
         choice = self._choice(chunk.text, None, chunk.logprobs, chunk.reasoning)
-        if chunk.call is not None and self.chat:
-            piece = self._call_piece(chunk.call)
-            if piece is not None:
-                choice["delta"]["tool_calls"] = [piece]
+        pieces = [p for d in chunk.calls if (p := self._call_piece(d)) is not None] if self.chat else []
+        if pieces:
+            choice["delta"]["tool_calls"] = pieces
         return self._echo() + self._sse({**self._head(True), "choices": [choice], "localspec": extra})
 
     def _call_piece(self, delta: CallDelta) -> dict[str, Any] | None:
         """A streaming call's delta as OpenAI sends one: the first with its id, type and name, the
         rest its arguments alone. A custom tool's call goes whole at the end (its input is text)."""
-        if self._call_id is None:
+        index = delta.index
+        if index not in self._streamed:
             if not delta.name or delta.name in self.custom:
                 return None
-            self._call_id = f"call_{uuid.uuid4().hex[:24]}"
-            self._call_sent = delta.arguments
+            self._streamed[index] = delta.arguments
             function = {"name": delta.name, "arguments": delta.arguments}
-            return {"index": delta.index, "id": self._call_id, "type": "function", "function": function}
-        self._call_sent += delta.arguments
-        return {"index": delta.index, "function": {"arguments": delta.arguments}}
+            return {
+                "index": index,
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": function,
+            }
+        self._streamed[index] += delta.arguments
+        return {"index": index, "function": {"arguments": delta.arguments}}
 
     def _echo(self, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
         """A streamed choice's prompt, once, before its first text."""
@@ -197,18 +200,22 @@ class OpenAIFormat:
         return b"".join(frames) + b"data: [DONE]\n\n"
 
     def _last_pieces(self, result: GenerationResult) -> list[dict[str, Any]]:
-        """The calls in one delta each (clients join the deltas of an index into one call); the one
-        that streamed, what is left of its arguments."""
-        calls = [{"index": i, **c} for i, c in enumerate(self._tool_calls(result))]
-        if self._call_id is None or not calls:
-            return calls
-        arguments, sent = calls[0]["function"]["arguments"], self._call_sent
-        rest = arguments[len(sent) :]
-        if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
-            log.warning("a streamed call's arguments are not the ones it ended with")
-            rest = ""
-        first = [{"index": 0, "function": {"arguments": rest}}] if rest else []
-        return first + calls[1:]
+        """The calls in one delta each (clients join the deltas of an index into one call); those
+        that streamed, what is left of their arguments."""
+        pieces = []
+        for i, call in enumerate(self._tool_calls(result)):
+            sent = self._streamed.get(i)
+            if sent is None:
+                pieces.append({"index": i, **call})
+                continue
+            arguments = call["function"]["arguments"]
+            rest = arguments[len(sent) :]
+            if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
+                log.warning("a streamed call's arguments are not the ones it ended with")
+                rest = ""
+            if rest:
+                pieces.append({"index": i, "function": {"arguments": rest}})
+        return pieces
 
     def error(self, exc: LocalspecError) -> bytes:
         return self._sse(openai_error_body(exc))

@@ -62,11 +62,12 @@ class ResponsesFormat:
     """A Response: a reasoning item where a thinking model reasoned, an assistant message holding one
     output_text part, then a function_call item per call.
 
-    Streamed, the message opens with the first text. The first call streams as the model writes
-    it, where the engine streams it (a grammar holds it): the message (and reasoning) item closes,
-    the call's item opens, and its arguments (a custom tool's input, decoded) go out piece by piece;
-    text after it comes as a message item after the calls. Later calls go out whole at the end, each
-    in one delta. A response of calls alone has no message item.
+    Streamed, the message opens with the first text. Calls stream as the model writes them, where
+    the engine streams them (a grammar holds them): the item before closes (the message, the
+    reasoning, the call before), the call's item opens, and its arguments (a custom tool's input,
+    decoded) go out piece by piece; text after the calls comes as a message item after them. A
+    call that did not stream goes out whole at the end, in one delta. A response of calls alone has
+    no message item.
     """
 
     media_type = "text/event-stream"
@@ -100,10 +101,7 @@ class ResponsesFormat:
         self._said = ""  # the message's text streamed so far
         self._said_logprobs: list[TokenLogprob] = []
         self._message_done: dict[str, Any] | None = None  # the message as closed when a call began
-        self._call: dict[str, Any] | None = None  # the streaming call's item, once its name went out
-        self._call_sent = ""  # its arguments (a custom tool's input) sent so far
-        self._call_index = 0  # its place among the output items
-        self._input: FieldText | None = None  # a custom tool's input, decoded from its arguments
+        self._streamed: dict[int, _Streamed] = {}  # the calls that streamed, by their index
         self.logprobs = body.logprobs_asked() is not None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
@@ -135,18 +133,21 @@ class ResponsesFormat:
         if self._calls is None:
             custom = self.body.custom_names()
             self._calls = [_call_item(c, c.name in custom) for c in result.tool_calls]
-            streamed = self._call
-            if streamed is not None and self._calls and self._calls[0]["name"] == streamed["name"]:
-                self._calls[0] = {**self._calls[0], "id": streamed["id"], "call_id": streamed["call_id"]}
+            for i, streamed in self._streamed.items():
+                if i < len(self._calls) and self._calls[i]["name"] == streamed.item["name"]:
+                    ids = {"id": streamed.item["id"], "call_id": streamed.item["call_id"]}
+                    self._calls[i] = {**self._calls[i], **ids}
         return self._calls
 
-    def _cut_call(self, result: GenerationResult) -> list[dict[str, Any]]:
-        """The streamed call, where the reply ended before it did (max_output_tokens): an incomplete
+    def _cut_calls(self, result: GenerationResult) -> list[dict[str, Any]]:
+        """A streamed call where the reply ended before it did (max_output_tokens): an incomplete
         item holding what was sent of it (no call the next turn answers)."""
-        streamed, calls = self._call, self._call_items(result)
-        if streamed is None or (calls and calls[0]["id"] == streamed["id"]):
-            return []
-        return [{**streamed, "status": "incomplete", _field(streamed): self._call_sent}]
+        kept = {item["id"] for item in self._call_items(result)}
+        return [
+            {**s.item, "status": "incomplete", _field(s.item): s.sent}
+            for s in self._streamed.values()
+            if s.item["id"] not in kept
+        ]
 
     def _reasoning_item(self, text: str | None) -> dict[str, Any]:
         return {
@@ -159,14 +160,14 @@ class ResponsesFormat:
 
     def _output(self, result: GenerationResult) -> list[dict[str, Any]]:
         reasoning = [self._reasoning_item(result.reasoning)] if result.reasoning else []
-        if self._call is None:
+        if not self._streamed:
             shown = result.text or not result.tool_calls
             message = [self._item(result.text, result.logprobs)] if shown else []
             return reasoning + message + self._call_items(result)
         before = [self._message_done] if self._message_done is not None else []
         rest = text_after(self._said, result.text)
         after = [self._item(rest, (), self.item_id + "_after")] if rest else []
-        return reasoning + before + self._cut_call(result) + self._call_items(result) + after
+        return reasoning + before + self._call_items(result) + self._cut_calls(result) + after
 
     def _response(self, result: GenerationResult | None) -> dict[str, Any]:
         status = "in_progress"
@@ -259,11 +260,11 @@ class ResponsesFormat:
     def chunk(self, chunk: TokenChunk) -> bytes:
         # Events are numbered in the order they are made: the start first.
         out = [self._start()]
-        if chunk.reasoning and self._call is None:
+        if chunk.reasoning and not self._streamed:
             out.append(self._think(chunk.reasoning))
         # Else a step whose text is held back (a call being written), or reasoning; text after a
         # streamed call goes out at the end, after the calls.
-        if chunk.text and self._call is None:
+        if chunk.text and not self._streamed:
             logprobs = self._logprobs(chunk.logprobs)
             out.append(self._open())
             out.append(
@@ -271,38 +272,46 @@ class ResponsesFormat:
             )
             self._said += chunk.text
             self._said_logprobs.extend(chunk.logprobs)
-        if chunk.call is not None:
-            out.append(self._call_piece(chunk.call))
+        out.extend(self._call_piece(delta) for delta in chunk.calls)
         return b"".join(out)
 
     def _call_piece(self, delta: CallDelta) -> bytes:
-        """A piece of the streaming call; its first closes the items before it and opens its own."""
+        """A piece of a streaming call; a call's first closes the item before it and opens its own."""
         out = []
-        if self._call is None:
+        streamed = self._streamed.get(delta.index)
+        if streamed is None:
             if not delta.name:
                 return b""
+            last = self._last_streamed()
+            if last is None:
+                out.append(self._close_reasoning())
+                if self._opened:
+                    text, logprobs = self._said.strip(), tuple(self._said_logprobs)
+                    out.append(self._close_message(text, logprobs))
+                    self._message_done = self._item(text, logprobs)
+            else:  # the call before it is whole: its arguments were all sent
+                item = {**last.item, _field(last.item): last.sent}
+                out.append(self._end_call(last.index, item))
             custom = delta.name in self.body.custom_names()
-            index = self._message_index() + self._opened
-            out.append(self._close_reasoning())
-            if self._opened:
-                text, logprobs = self._said.strip(), tuple(self._said_logprobs)
-                out.append(self._close_message(text, logprobs))
-                self._message_done = self._item(text, logprobs)
-            self._call = _call_item(ToolCall(delta.name, ""), custom)
-            self._input = FieldText(CUSTOM_INPUT) if custom else None
-            item = {**self._call, "status": "in_progress"}
-            out.append(self._event("response.output_item.added", output_index=index, item=item))
-            self._call_index = index
-        piece = self._input.feed(delta.arguments) if self._input is not None else delta.arguments
+            index = self._message_index() + self._opened + len(self._streamed)
+            streamed = _Streamed(_call_item(ToolCall(delta.name, ""), custom), index, custom)
+            self._streamed[delta.index] = streamed
+            added = {**streamed.item, "status": "in_progress"}
+            out.append(self._event("response.output_item.added", output_index=index, item=added))
+        piece = streamed.input.feed(delta.arguments) if streamed.input is not None else delta.arguments
         if piece:
-            self._call_sent += piece
-            at = {"item_id": self._call["id"], "output_index": self._call_index}
-            out.append(self._event(f"response.{_kind(self._call)}.delta", **at, delta=piece))
+            streamed.sent += piece
+            at = {"item_id": streamed.item["id"], "output_index": streamed.index}
+            out.append(self._event(f"response.{_kind(streamed.item)}.delta", **at, delta=piece))
         return b"".join(out)
 
+    def _last_streamed(self) -> _Streamed | None:
+        return next(reversed(self._streamed.values()), None)
+
     def _end_call(self, index: int, item: dict[str, Any]) -> bytes:
-        """The streamed call's end: what is left of it, its done event and its whole item."""
-        field, sent = _field(item), self._call_sent
+        """A streamed call's end: what is left of it, its done event and its whole item."""
+        last = self._last_streamed()
+        field, sent = _field(item), last.sent if last is not None and last.item["id"] == item["id"] else ""
         value = item[field]
         rest = value[len(sent) :]
         if not value.startswith(sent):  # ToolCallFilter.finish keeps them one text
@@ -367,7 +376,7 @@ class ResponsesFormat:
 
     def final(self, result: GenerationResult) -> bytes:
         out = [self._start(), self._close_reasoning()]
-        if self._call is None:
+        if not self._streamed:
             first = self._message_index()
             if self._opened or result.text or not result.tool_calls:
                 out.append(self._close_message(result.text, result.logprobs))
@@ -382,10 +391,11 @@ class ResponsesFormat:
         return b"".join(out)
 
     def _after_call(self, result: GenerationResult) -> bytes:
-        """Where a call streamed: its end, then the items after it, whole."""
-        out, streamed = [], self._call_id()
+        """Where calls streamed: the last one's end, then the items after it, whole."""
+        out, last = [], self._last_streamed()
+        assert last is not None
         items = self._output(result)
-        at = next(i for i, item in enumerate(items) if item["id"] == streamed)
+        at = next(i for i, item in enumerate(items) if item["id"] == last.item["id"])
         for index, item in enumerate(items[at:], start=at):
             if index == at:
                 out.append(self._end_call(index, item))
@@ -394,10 +404,6 @@ class ResponsesFormat:
             else:
                 out.append(self._call_events(index, item))
         return b"".join(out)
-
-    def _call_id(self) -> str:
-        assert self._call is not None
-        return str(self._call["id"])
 
     def error(self, exc: LocalspecError) -> bytes:
         return self._event("error", code=exc.code, message=exc.message, param=exc.param)
@@ -427,6 +433,17 @@ class ResponsesFormat:
             size = turns_size(turns) + len(json_bytes(whole))
             self.store.put(self.id, StoredResponse(turns, tuple(self.body.input_items), whole, size))
         return whole
+
+
+class _Streamed:
+    """A call that streams: its item, its place among the output items, and what of its arguments
+    (a custom tool's input, decoded) was sent."""
+
+    def __init__(self, item: dict[str, Any], index: int, custom: bool) -> None:
+        self.item = item
+        self.index = index
+        self.sent = ""
+        self.input = FieldText(CUSTOM_INPUT) if custom else None
 
 
 def _call_item(call: ToolCall, custom: bool) -> dict[str, Any]:

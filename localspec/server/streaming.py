@@ -70,7 +70,7 @@ async def frames(run: Run, first: TokenChunk | GenerationResult, fmt: Format) ->
                     or event.reasoning
                     or event.token_ids
                     or event.progress is not None
-                    or event.call
+                    or event.calls
                 ):
                     out.append(fmt.chunk(event))
             if out:
