@@ -210,6 +210,66 @@ def test_a_mistral_array_streams_each_call_and_a_cut_keeps_the_whole_ones() -> N
     assert [(c.name, c.arguments) for c in result.tool_calls] == [("read", '{"path": "a"}')]
 
 
+_call_values = st.lists(
+    st.tuples(
+        st.sampled_from(["read", "write"]),
+        st.dictionaries(st.sampled_from(["path", "n", "body"]), _values, max_size=2),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _reply(fmt_name: str, calls: list[tuple[str, dict[str, Any]]], separators: tuple[str, str]) -> str:
+    bodies = [json.dumps({"name": n, "arguments": a}, separators=separators) for n, a in calls]
+    if fmt_name == "mistral":
+        return "[TOOL_CALLS] [" + ", ".join(bodies) + "]"
+    return "Sure. " + "\n".join(f"<tool_call>\n{b}\n</tool_call>" for b in bodies)
+
+
+@settings(max_examples=300)
+@given(
+    st.sampled_from(["hermes", "mistral"]),
+    _call_values,
+    st.lists(st.integers(min_value=1, max_value=9), min_size=1, max_size=60),
+    st.sampled_from([(", ", ": "), (",", ":")]),
+    st.one_of(st.none(), st.integers(min_value=0)),
+)
+def test_streamed_calls_always_join_into_the_calls_the_reply_ends_with(
+    fmt_name: str,
+    values: list[tuple[str, dict[str, Any]]],
+    steps: list[int],
+    separators: tuple[str, str],
+    cut: int | None,
+) -> None:
+    # However the reply comes in steps, is cut, or repeats a call (the worker ends a Hermes reply
+    # there): every call the result holds that streamed is exactly its pieces, under its index,
+    # and at most one more, cut by the token limit, streamed a start of itself.
+    fmt = MISTRAL if fmt_name == "mistral" else HERMES
+    reply = _reply(fmt_name, values, separators)
+    if cut is not None:
+        reply = reply[: cut % (len(reply) + 1)]
+    calls, pushed, pieces, at = ToolCallFilter(fmt, parallel=True, stream_calls=True), "", [], 0
+    for step in steps * (len(reply) // sum(steps) + 1):
+        if at >= len(reply):
+            break
+        pushed += reply[at : at + step]
+        calls.push(reply[at : at + step])
+        at += step
+        pieces.extend(calls.call_deltas())
+        if calls.repeated():  # the worker ends the reply at the step that closed a repeat
+            break
+    ended = at >= len(reply) and cut is None
+    _, result = calls.finish(_result(pushed, "stop" if ended or calls.repeated() else "length"))
+    joined = _joined(pieces)
+    assert sorted(joined) == list(range(len(joined)))
+    kept = [(c.name, c.arguments) for c in result.tool_calls]
+    # Calls that did not stream (after a repeat the format does not end on: Mistral's) go whole
+    # at the end, under the indices after the streamed ones.
+    assert [joined[i] for i in range(min(len(kept), len(joined)))] == kept[: len(joined)]
+    assert len(joined) - len(kept) <= (0 if result.finish_reason == "tool_calls" else 1)
+
+
 # --- a custom tool's input: the text of its one field, decoded as its JSON streams ------------
 
 

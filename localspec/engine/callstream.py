@@ -197,7 +197,10 @@ class CallStreams:
         while True:
             call = self.calls[-1] if self.calls else None
             if call is None or call.arguments.done:
-                if (call is not None and not self.parallel) or not self._open(text):
+                # After a repeat (whole and never shown) the reply ends: what follows it in the
+                # same step is not a call the reply keeps.
+                last = call is not None and (not self.parallel or not call.shown)
+                if last or not self._open(text):
                     return out
                 call = self.calls[-1]
             # Only the new text: a whole-file call is long, and this runs at every step.
