@@ -375,3 +375,10 @@ class GenerationResult:
     prompt_logprobs: tuple[TokenLogprob, ...] = ()  # one per prompt token, where asked
     prompt_ids: tuple[int, ...] = ()  # the prompt as the target read it
     reasoning: str = ""  # a thinking model's reasoning, apart from `text` (engine.reasoning)
+    # A call the token limit cut short (finish_reason length): its name and the start of its
+    # arguments, not JSON; in no history, and where an API can show a partial call, shown as one.
+    cut_call: ToolCall | None = None
+
+    def calls_shown(self) -> tuple[ToolCall, ...]:
+        """The calls as a client is shown them: the reply's, then the one cut short."""
+        return self.tool_calls + ((self.cut_call,) if self.cut_call is not None else ())

@@ -133,6 +133,12 @@ def test_a_tool_use_cut_by_max_tokens_closes_with_what_was_written(
     kinds = [d["type"] for d in datas]
     assert kinds.count("content_block_start") == kinds.count("content_block_stop") == 1
     assert datas[-2]["delta"]["stop_reason"] == "max_tokens" and datas[-1]["type"] == "message_stop"
+    # Without a stream: a tool_use's input is an object, so the call cut short is left out, and
+    # its raw text is not shown as text either.
+    with daemon.http() as http:
+        unstreamed = {**body, "stream": False, "max_tokens": cut, "tool_choice": choice}
+        whole_cut = http.post("/v1/messages", json=unstreamed).json()
+    assert whole_cut["stop_reason"] == "max_tokens" and whole_cut["content"] == [{"type": "text", "text": ""}]
 
 
 def test_a_tool_use_and_its_result_in_the_history_round_trip(client: anthropic.Anthropic) -> None:

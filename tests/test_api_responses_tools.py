@@ -172,6 +172,11 @@ def test_a_call_cut_by_max_output_tokens_is_an_incomplete_item_holding_what_was_
     (item,) = last.response.output
     assert item.type == "function_call" and item.status == "incomplete" and item.arguments == joined
     assert not [e for e in events if e.type == "response.output_text.delta"]  # no raw call as text
+    # Without a stream the same response.
+    again = client.responses.create(**{**kw, "max_output_tokens": cut})
+    assert again.status == "incomplete" and [
+        o.model_dump(exclude={"id", "call_id"}) for o in again.output
+    ] == [item.model_dump(exclude={"id", "call_id"})]
 
 
 def test_a_call_and_its_output_in_the_input_round_trip(client: openai.OpenAI) -> None:
@@ -385,6 +390,10 @@ def test_a_regex_custom_tool_and_free_text_one(client: openai.OpenAI) -> None:
         model="tiny-tools", input="go", tools=[stamp, free], tool_choice=named, **GREEDY
     )
     assert cut.status == "incomplete" and [t.type for t in cut.tools] == ["custom", "custom"]
+    # The call cut short is an incomplete item holding the start of its input, as text.
+    (started,) = cut.output
+    assert started.type == "custom_tool_call" and started.status == "incomplete" and started.name == "note"
+    assert started.input and not started.input.startswith('{"input"')
 
 
 def test_a_custom_calls_input_streams_as_text_as_the_model_writes_it(client: openai.OpenAI) -> None:

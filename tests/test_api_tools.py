@@ -534,3 +534,9 @@ def test_a_call_cut_by_max_tokens_streams_what_was_written_and_no_raw_text(
     # the call's raw text is never content.
     assert joined.startswith('{"city": "') and call.function.arguments.startswith(joined)
     assert joined != call.function.arguments and "".join(d.get("content") or "" for d in deltas) == ""
+    # Without a stream the same: the call cut short, its arguments the start written, no content.
+    cut_whole = client.chat.completions.create(**{**body, "max_tokens": cut}).choices[0]
+    (partial,) = cut_whole.message.tool_calls or []
+    assert cut_whole.finish_reason == "length" and cut_whole.message.content is None
+    assert partial.type == "function" and partial.function.name == "get_weather"
+    assert partial.function.arguments == joined

@@ -12,7 +12,8 @@ from localspec.engine.callstream import FieldText, JsonStream
 from localspec.engine.toolcalls import HERMES, LLAMA3, MISTRAL
 from localspec.engine.tooluse import ToolCallFilter
 from localspec.server.responses import json_bytes
-from localspec.types import CallDelta, GenerationResult, GenerationStats
+from localspec.server.toolschemas import custom_input
+from localspec.types import CallDelta, GenerationResult, GenerationStats, ToolCall
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
 _text = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
@@ -98,6 +99,7 @@ def test_a_cut_call_leaves_neither_a_call_nor_its_raw_text() -> None:
     assert calls.push(reply) == "ok" and calls.call_deltas() == (CallDelta(0, "write", '{"path": "a.'),)
     tail, result = calls.finish(_result(reply, "length"))
     assert tail == "" and result.text == "ok" and not result.tool_calls and result.finish_reason == "length"
+    assert result.cut_call == ToolCall("write", '{"path": "a.') and result.calls_shown() == (result.cut_call,)
 
 
 def test_without_streaming_nothing_changes() -> None:
@@ -176,6 +178,7 @@ def test_a_cut_later_call_leaves_the_calls_before_it() -> None:
     tail, result = calls.finish(_result(reply, "length"))
     assert tail == "" and result.text == "" and result.finish_reason == "length"
     assert [(c.name, c.arguments) for c in result.tool_calls] == [("read", '{"path": "a.py"}')]
+    assert result.cut_call == ToolCall("write", '{"path": "b')
 
 
 def test_without_parallel_calls_only_the_first_streams() -> None:
@@ -249,7 +252,12 @@ def test_streamed_calls_always_join_into_the_calls_the_reply_ends_with(
     reply = _reply(fmt_name, values, separators)
     if cut is not None:
         reply = reply[: cut % (len(reply) + 1)]
-    calls, pushed, pieces, at = ToolCallFilter(fmt, parallel=True, stream_calls=True), "", [], 0
+    calls, pushed, pieces, at = (
+        ToolCallFilter(fmt, parallel=True, stream_calls=True),
+        "",
+        list[CallDelta](),
+        0,
+    )
     for step in steps * (len(reply) // sum(steps) + 1):
         if at >= len(reply):
             break
@@ -268,6 +276,9 @@ def test_streamed_calls_always_join_into_the_calls_the_reply_ends_with(
     # at the end, under the indices after the streamed ones.
     assert [joined[i] for i in range(min(len(kept), len(joined)))] == kept[: len(joined)]
     assert len(joined) - len(kept) <= (0 if result.finish_reason == "tool_calls" else 1)
+    if len(joined) > len(kept):  # the cut call is the result's, as it streamed
+        cut_call = result.cut_call
+        assert cut_call is not None and (cut_call.name, cut_call.arguments) == joined[len(kept)]
 
 
 # --- a custom tool's input: the text of its one field, decoded as its JSON streams ------------
@@ -301,6 +312,11 @@ def test_a_lone_surrogate_streams_and_its_body_is_still_json() -> None:
     stream, field = JsonStream(), FieldText("input")
     text = field.feed(stream.feed('{"input": "a\\ud800b"}'))
     assert text == "a\ud800b" and json.loads(json_bytes({"delta": text})) == {"delta": text}
+
+
+def test_a_cut_custom_calls_input_is_the_text_it_began() -> None:
+    assert custom_input('{"input": "ls -l \\') == "ls -l "
+    assert custom_input('{"input": "ls"}') == "ls" and custom_input("ls -l") == "ls -l"
 
 
 def test_arguments_that_are_not_the_one_field_object_stream_nothing() -> None:

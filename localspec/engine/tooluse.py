@@ -203,7 +203,9 @@ class ToolCallFilter:
         whole = [c for c in shown if c.arguments.done]
         if len(whole) < len(shown) or len(calls) < len(whole):  # cut short (an array's parse is lost)
             kept = tuple(ToolCall(c.name, c.arguments.text) for c in whole)
-            return "", replace(result, text=self._text[: self._released].strip(), tool_calls=kept)
+            cut = next((ToolCall(c.name, c.arguments.text) for c in shown if not c.arguments.done), None)
+            text = self._text[: self._released].strip()
+            return "", replace(result, text=text, tool_calls=kept, cut_call=cut)
         for i, written in enumerate(whole):
             if calls[i].name == written.name:
                 calls[i] = replace(calls[i], arguments=written.arguments.text)

@@ -695,9 +695,9 @@ class Engine:
                 tool_format,
                 req.parallel_calls,
                 callable_names(req.tool_choice),
-                # Where the call grammar holds the call (json.dumps' spelling, name first), its
-                # arguments stream as written.
-                stream_calls=job.stream and shape.held and req.json_schema is None,
+                # Where the call grammar holds the calls (name first), their arguments stream as
+                # written; followed without a stream too, so a call cut short ends the same.
+                stream_calls=shape.held and req.json_schema is None,
             )
             if tool_format is not None
             else None

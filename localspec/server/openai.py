@@ -242,7 +242,7 @@ class OpenAIFormat:
             message: dict[str, Any] = {"role": "assistant", "content": result.text}
             if result.reasoning:
                 message["reasoning_content"] = result.reasoning
-            if result.tool_calls:
+            if result.calls_shown():  # a call cut short too, its arguments the start written
                 message["content"] = result.text or None
                 message["tool_calls"] = self._tool_calls(result)
             return {
@@ -258,8 +258,9 @@ class OpenAIFormat:
         return self._choice(result.text, finish, result.logprobs)
 
     def _tool_calls(self, result: GenerationResult) -> list[dict[str, Any]]:
-        ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in result.tool_calls]
-        return openai_tool_calls(list(result.tool_calls), ids, self.custom)
+        calls = result.calls_shown()
+        ids = [f"call_{uuid.uuid4().hex[:24]}" for _ in calls]
+        return openai_tool_calls(list(calls), ids, self.custom)
 
 
 def _usage(results: Sequence[GenerationResult], per_prompt: int = 1) -> dict[str, Any]:

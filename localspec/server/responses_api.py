@@ -98,6 +98,7 @@ class ResponsesFormat:
         self._started = False
         self._opened = False  # the message item was announced
         self._calls: list[dict[str, Any]] | None = None
+        self._cut: list[dict[str, Any]] | None = None
         self._said = ""  # the message's text streamed so far
         self._said_logprobs: list[TokenLogprob] = []
         self._message_done: dict[str, Any] | None = None  # the message as closed when a call began
@@ -140,14 +141,25 @@ class ResponsesFormat:
         return self._calls
 
     def _cut_calls(self, result: GenerationResult) -> list[dict[str, Any]]:
-        """A streamed call where the reply ended before it did (max_output_tokens): an incomplete
-        item holding what was sent of it (no call the next turn answers)."""
-        kept = {item["id"] for item in self._call_items(result)}
-        return [
-            {**s.item, "status": "incomplete", _field(s.item): s.sent}
-            for s in self._streamed.values()
-            if s.item["id"] not in kept
-        ]
+        """The call the reply ended inside (max_output_tokens): an incomplete item holding the start
+        of it (no call the next turn answers); streamed, the ids it streamed with."""
+        if self._cut is None:
+            cut, kept = [], {item["id"] for item in self._call_items(result)}
+            if result.cut_call is not None:
+                item = _call_item(result.cut_call, result.cut_call.name in self.body.custom_names())
+                streamed = self._streamed.get(len(result.tool_calls))
+                if streamed is not None and streamed.item["name"] == item["name"]:
+                    item = {**item, "id": streamed.item["id"], "call_id": streamed.item["call_id"]}
+                cut.append({**item, "status": "incomplete"})
+            # A streamed call the result holds neither whole nor cut (not expected): as it was sent.
+            kept |= {item["id"] for item in cut}
+            cut += [
+                {**s.item, "status": "incomplete", _field(s.item): s.sent}
+                for s in self._streamed.values()
+                if s.item["id"] not in kept
+            ]
+            self._cut = cut
+        return self._cut
 
     def _reasoning_item(self, text: str | None) -> dict[str, Any]:
         return {
@@ -161,9 +173,9 @@ class ResponsesFormat:
     def _output(self, result: GenerationResult) -> list[dict[str, Any]]:
         reasoning = [self._reasoning_item(result.reasoning)] if result.reasoning else []
         if not self._streamed:
-            shown = result.text or not result.tool_calls
+            shown = result.text or not result.calls_shown()
             message = [self._item(result.text, result.logprobs)] if shown else []
-            return reasoning + message + self._call_items(result)
+            return reasoning + message + self._call_items(result) + self._cut_calls(result)
         before = [self._message_done] if self._message_done is not None else []
         rest = text_after(self._said, result.text)
         after = [self._item(rest, (), self.item_id + "_after")] if rest else []
@@ -378,10 +390,10 @@ class ResponsesFormat:
         out = [self._start(), self._close_reasoning()]
         if not self._streamed:
             first = self._message_index()
-            if self._opened or result.text or not result.tool_calls:
+            if self._opened or result.text or not result.calls_shown():
                 out.append(self._close_message(result.text, result.logprobs))
                 first += 1
-            calls = self._call_items(result)
+            calls = self._call_items(result) + self._cut_calls(result)
             out.extend(self._call_events(first + i, item) for i, item in enumerate(calls))
         else:
             out.append(self._after_call(result))

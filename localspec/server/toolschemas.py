@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from localspec.engine.callstream import FieldText
 from localspec.engine.constraint import choice_lark, gbnf_lark, json_schema_grammar, regex_lark
 from localspec.errors import UserInputError
 from localspec.types import AllowedTools, NamedTool, ToolCall, ToolChoice, ToolSpec
@@ -115,11 +116,14 @@ def _custom_pattern(syntax: str, definition: str, where: str) -> str:
 
 def custom_input(arguments: str) -> str:
     """A custom tool's input from its call's arguments (the text itself where they are not the
-    object the tool's parameters describe: a model no grammar held)."""
+    object the tool's parameters describe: a model no grammar held; the start of the input where
+    the token limit cut the call short)."""
     try:
         args = json.loads(arguments)
     except ValueError:
-        return arguments
+        field = FieldText(CUSTOM_INPUT)
+        started = field.feed(arguments)
+        return started if arguments.startswith(field.head) else arguments
     text = args.get(CUSTOM_INPUT) if isinstance(args, dict) else None
     return text if isinstance(text, str) else arguments
 
