@@ -27,6 +27,7 @@ from localspec.engine.toolcalls import HARMONY, lazy_call_grammar, parse_tool_ca
 from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, single_token
 from localspec.engine.worker import Engine
 from localspec.types import (
+    CallDelta,
     ChatMessage,
     GenerationRequest,
     GenerationResult,
@@ -121,6 +122,39 @@ def test_a_call_never_streams_as_content() -> None:
     assert result.tool_calls == (ToolCall("get_weather", '{"city": "Paris"}'),)
 
 
+def _split_and_filter(text: str, step: int) -> tuple[str, list[CallDelta], GenerationResult, bool]:
+    """The split streaming calls, then the filter, as the engine chains them where a grammar holds
+    the call: the content streamed, the call pieces, the result, and whether a piece came before
+    the reply's end."""
+    split, calls = HarmonySplit(stream_calls=True), ToolCallFilter(HARMONY, parallel=False, stream_calls=True)
+    streamed, pieces = "", list[CallDelta]()
+    for i in range(0, len(text), step):
+        streamed += calls.push(split.push(text[i : i + step])[1])
+        pieces += calls.call_deltas()
+    early = bool(pieces)
+    streamed += calls.push(split.finish()[1])
+    pieces += calls.call_deltas()
+    finish = "stop" if text.endswith("}") else "length"
+    tail, result = calls.finish(GenerationResult(split.answer, (), finish, GenerationStats()))  # type: ignore[arg-type]
+    return streamed + tail, pieces, result, early
+
+
+def test_a_held_calls_arguments_stream_as_written() -> None:
+    # Where a grammar holds the body to JSON, its call streams as any family's: the name, then the
+    # arguments piece by piece, the result's arguments the text streamed.
+    body = '{"city": "Paris", "days": 3}'
+    text = CALL.replace('{"city": "Paris"}', body)
+    streamed, pieces, result, early = _split_and_filter(text, 4)
+    assert streamed == "" and early and pieces[0].name == "get_weather" and len(pieces) > 3
+    assert "".join(p.arguments for p in pieces) == result.tool_calls[0].arguments == body
+    assert result.finish_reason == "tool_calls" and result.reasoning == ""
+    # Cut by max_tokens inside the arguments: the call cut short, never a call of text arguments.
+    cut = text[: -len("3}")]
+    _, pieces, result, _ = _split_and_filter(cut, 4)
+    assert not result.tool_calls and result.cut_call == ToolCall("get_weather", '{"city": "Paris", "days": ')
+    assert "".join(p.arguments for p in pieces) == result.cut_call.arguments
+
+
 def test_an_answer_that_is_json_is_no_call() -> None:
     """Other families read an answer that is bare JSON as a call the model wrote without its
     markers; harmony keeps its calls in their own messages, so a JSON answer stays an answer."""
@@ -178,6 +212,32 @@ def test_a_forced_call_comes_after_the_analysis(models: Path, choice: str) -> No
         assert (result.text, result.finish_reason) == ("", "tool_calls")
     else:
         assert (result.text, result.tool_calls) == (ANSWER, ())
+
+
+def test_a_forced_calls_arguments_stream_from_the_engine(models: Path) -> None:
+    """The engine's stream: the call's name and arguments in its chunks as the grammar writes
+    them, joined the call the result holds; none of it as content."""
+    # The random model ends no free string, nor an object that may take more keys.
+    city = {"type": "string", "enum": ["Paris", "London"]}
+    schema = {
+        "type": "object",
+        "properties": {"city": city},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    tool = ToolSpec("get_weather", "", schema)
+    with engine(models / "gpt-oss-tiny.gguf") as eng:
+        handle = eng.submit(ask(tools=(tool,), tool_choice="required", max_tokens=80), stream=True)
+        chunks = []
+        while not isinstance(event := handle.next_event(timeout=60), GenerationResult):
+            assert not isinstance(event, BaseException), event
+            chunks.append(event)
+    pieces = [d for c in chunks for d in c.calls]
+    (call,) = event.tool_calls
+    assert pieces and pieces[0].name == "get_weather" and all(p.name == "" for p in pieces[1:])
+    assert "".join(p.arguments for p in pieces) == call.arguments and "city" in json.loads(call.arguments)
+    assert len(pieces) > 2  # as the grammar wrote it, not whole at the end
+    assert "".join(c.text for c in chunks) == "" and event.finish_reason == "tool_calls"
 
 
 WEATHER = ToolSpec(

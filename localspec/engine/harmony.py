@@ -85,13 +85,18 @@ class HarmonySplit(StreamSplit):
     """Splits a harmony reply into reasoning and answer (with its calls) as it arrives.
 
     `reasoning`: where False (a client asked for the reasoning unsplit), analysis goes to the
-    answer as the model wrote it, a blank line after it."""
+    answer as the model wrote it, a blank line after it. `stream_calls`: a call's body goes to
+    the answer as it comes, inside its call's JSON (a grammar holds the body to JSON; the call's
+    arguments then stream as any family's do), where else it waits for its end."""
 
-    def __init__(self, reasoning: bool = True) -> None:
+    def __init__(self, reasoning: bool = True, stream_calls: bool = False) -> None:
         super().__init__()
         self._split = reasoning
+        self._stream_calls = stream_calls
         self._message: _Message | None = None  # the message whose body is being read
         self._plain = False  # no header came: everything is answer
+        self._opened = False  # the streaming call's head went to the answer
+        self._body = ""  # the streaming call's body so far
 
     def finish(self) -> tuple[str, str]:
         """The reply ended: a message's rest is its body; a header cut short is dropped."""
@@ -116,13 +121,24 @@ class HarmonySplit(StreamSplit):
             rest = held[end:].removeprefix(END)
             self._held = rest
             return self._close(held[:end])
-        if self._message.call is not None:  # a call's arguments wait for its end
+        call = self._message.call
+        if call is not None and not self._stream_calls:  # a call's arguments wait for its end
             return None
         keep = max(partial_tail(held, tag) for tag in _BODY_ENDS)
         if keep == len(held):
             return None
         self._held = held[len(held) - keep :]
+        if call is not None:
+            self._body += held[: len(held) - keep]
+            return "", self._call_head(call) + held[: len(held) - keep]
         return self._route(self._message, held[: len(held) - keep])
+
+    def _call_head(self, call: str) -> str:
+        """The streaming call's opening, once: its marker, its name, then its arguments follow."""
+        if self._opened:
+            return ""
+        self._opened = True
+        return CALL_START + '{"name": ' + json.dumps(call, ensure_ascii=False) + ', "arguments": '
 
     def _header(self, held: str) -> tuple[str, str] | None:
         """Read a message's header, up to `<|message|>`."""
@@ -163,6 +179,10 @@ class HarmonySplit(StreamSplit):
             if not self._split and message.channel == "analysis":
                 answer += "\n\n"
             return reasoning, answer
+        if self._stream_calls:
+            # Closed where its arguments are whole: a call the token limit cut stays open (cut).
+            head, self._body = self._call_head(message.call), self._body + text
+            return "", head + text + ("}" + CALL_END if _is_json(self._body) else "")
         return "", f"{CALL_START}{call_json(message.call, text)}{CALL_END}"
 
 
@@ -248,6 +268,14 @@ def call_json(name: str, arguments: str) -> str:
     except ValueError:
         args = arguments
     return json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _may_be_header(text: str) -> bool:

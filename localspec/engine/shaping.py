@@ -78,8 +78,12 @@ class Shaping:
         held = constraint is not None
         if constraint is None:
             constraint = self._budget_alone(req, think, talks and tool_format is None)
+        # A call's body streams where the grammar holds it to JSON (engine.callstream reads it).
+        calls_held = held and tool_format is not None and req.json_schema is None
         split: StreamSplit | None = (
-            HarmonySplit(req.split_reasoning) if talks else _reasoning_split(req, inside, tool_format, think)
+            HarmonySplit(req.split_reasoning, stream_calls=calls_held)
+            if talks
+            else _reasoning_split(req, inside, tool_format, think)
         )
         return Shape(constraint, held, params, split)
 

@@ -109,11 +109,7 @@ class ToolCallFilter:
         `stream_calls`: the calls' arguments stream as written (`call_deltas`), where a grammar
         holds the calls (their JSON then begins with the name, and every call closes)."""
         self.fmt = fmt
-        self._streams = (
-            CallStreams(fmt.start, fmt.args_key, fmt.array, parallel)
-            if stream_calls and fmt.bare  # harmony's calls come whole from its own split
-            else None
-        )
+        self._streams = CallStreams(fmt.start, fmt.args_key, fmt.array, parallel) if stream_calls else None
         self._deltas: list[CallDelta] = []
         self.parallel = parallel
         self.names = names
