@@ -118,6 +118,10 @@ def test_codex_turn_a_function_call_item(daemon: Daemon, stream: bool) -> None:
                 e for e in events if e.type == "response.output_text.delta"
             ]  # the call never streamed as text
             output = events[-1].response.output
+            # The call's arguments streamed as written: joined, the call's arguments.
+            (item,) = [o for o in output if o.type == "function_call"]
+            pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+            assert pieces and "".join(pieces) == item.arguments
         else:
             output = client.responses.create(**kw).output
     (call,) = [o for o in output if o.type == "function_call"]
