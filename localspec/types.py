@@ -316,11 +316,13 @@ class TokenLogprob:
 @dataclass(frozen=True)
 class CallDelta:
     """A piece of a tool call being written (engine.callstream): its name in the first piece only,
-    and what is new of its arguments' text (each piece a prefix of the arguments it ends with)."""
+    and what is new of its arguments' text (each piece a prefix of the arguments it ends with);
+    `done` in the piece that completes them."""
 
     index: int
     name: str
     arguments: str
+    done: bool = False
 
 
 @dataclass(frozen=True)

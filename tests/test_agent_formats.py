@@ -13,11 +13,13 @@ from typing import Any
 
 import anthropic
 import httpx2
+import ollama
 import openai
 from anthropic.types import Message
 from openai.types.responses import Response
 
 from localspec.server.anthropic import AnthropicFormat
+from localspec.server.ollama import OllamaFormat
 from localspec.server.openai import OpenAIFormat
 from localspec.server.responses_api import ResponsesFormat
 from localspec.server.schemas_responses import ResponsesBody
@@ -267,3 +269,17 @@ def test_chat_completions_stream_each_call_with_its_index() -> None:
         ("get_weather", '{"city": "Paris"}'),
         ("get_time", "{}"),
     ]
+
+
+def test_ollama_sends_each_call_whole_as_soon_as_it_is_written() -> None:
+    # Ollama streams calls whole (arguments an object), each in a chunk of its own once parsed.
+    fmt = OllamaFormat("m", chat=True)
+    done = [*PIECES[:-1], CallDelta(0, "", 'is"}', done=True), CallDelta(1, "get_time", "{}", done=True)]
+    frames = [fmt.chunk(TokenChunk("", (2,), calls=(d,))) for d in done]
+    first = [ollama.ChatResponse.model_validate(json.loads(line)) for line in frames[2].splitlines()]
+    assert [c.function.name for r in first for c in r.message.tool_calls or []] == ["get_weather"]
+    assert first[-1].message.tool_calls[0].function.arguments == {"city": "Paris"}  # type: ignore[index]
+    body = b"".join(frames) + fmt.final(_result("", CALLS))
+    chunks = [ollama.ChatResponse.model_validate(json.loads(line)) for line in body.splitlines()]
+    sent = [(c.function.name, c.function.arguments) for r in chunks for c in r.message.tool_calls or []]
+    assert sent == [("get_weather", {"city": "Paris"}), ("get_time", {})] and chunks[-1].done

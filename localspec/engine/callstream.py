@@ -244,15 +244,15 @@ class CallStreams:
         return True
 
     def _delta(self, index: int, call: _Call) -> CallDelta | None:
-        text = call.arguments.text
+        text, done = call.arguments.text, call.arguments.done
         if not call.shown:
             if any(c.name == call.name and c.arguments.text.startswith(text) for c in self.calls[:index]):
                 return None  # maybe a repeat: it waits
             call.shown = True
             call.sent = len(text)
-            return CallDelta(index, call.name, text)
+            return CallDelta(index, call.name, text, done)
         piece, call.sent = text[call.sent :], len(text)
-        return CallDelta(index, "", piece) if piece else None
+        return CallDelta(index, "", piece, done) if piece else None
 
     def shown(self) -> list[_Call]:
         """The calls whose pieces went out, in order."""

@@ -148,7 +148,8 @@ class ToolCallFilter:
         for delta in self._streams.update(self._text):
             last = self._deltas[-1] if self._deltas else None
             if last is not None and last.index == delta.index:
-                self._deltas[-1] = CallDelta(delta.index, last.name, last.arguments + delta.arguments)
+                merged = last.arguments + delta.arguments
+                self._deltas[-1] = CallDelta(delta.index, last.name, merged, delta.done)
             else:
                 self._deltas.append(delta)
 

@@ -32,7 +32,14 @@ from localspec.server.schemas import (
 from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.server.toolschemas import ollama_tool_calls
-from localspec.types import GenerationRequest, GenerationResult, GenerationStats, TokenChunk, TokenLogprob
+from localspec.types import (
+    GenerationRequest,
+    GenerationResult,
+    GenerationStats,
+    TokenChunk,
+    TokenLogprob,
+    ToolCall,
+)
 
 # Plugins gate features on Ollama's version; this is the API level the routes here follow.
 OLLAMA_COMPAT_VERSION = "0.9.0"
@@ -65,19 +72,22 @@ class OllamaFormat:
         self.chat = chat
         self.logprobs = logprobs
         self.context = context
+        # The calls being written, by index: their names and their arguments' pieces so far.
+        self._writing: dict[int, tuple[str, list[str]]] = {}
+        self._sent: dict[int, str] = {}  # the calls that went out whole, by index: their names
 
     def _logprobs(self, logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
         return {"logprobs": chat_entries(logprobs)} if self.logprobs else {}
 
-    def _text(self, text: str, result: GenerationResult | None = None, thinking: str = "") -> dict[str, Any]:
+    def _text(self, text: str, calls: tuple[ToolCall, ...] = (), thinking: str = "") -> dict[str, Any]:
         """The reply's text where this route puts it, and a thinking model's reasoning beside it."""
         if not self.chat:
             return {"response": text, **({"thinking": thinking} if thinking else {})}
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if thinking:
             message["thinking"] = thinking
-        if result is not None and result.tool_calls:
-            message["tool_calls"] = ollama_tool_calls(result.tool_calls)
+        if calls:
+            message["tool_calls"] = ollama_tool_calls(calls)
         return {"message": message}
 
     def chunk(self, chunk: TokenChunk) -> bytes:
@@ -88,6 +98,21 @@ class OllamaFormat:
             **self._logprobs(chunk.logprobs),
             "done": False,
         }
+        return json_bytes(body) + b"\n" + self._calls_written(chunk)
+
+    def _calls_written(self, chunk: TokenChunk) -> bytes:
+        """As Ollama streams calls: each whole in a chunk of its own as soon as it is written."""
+        whole = []
+        for delta in chunk.calls if self.chat else ():
+            name, pieces = self._writing.setdefault(delta.index, (delta.name, []))
+            pieces.append(delta.arguments)
+            if delta.done:
+                whole.append(ToolCall(name, "".join(pieces)))
+                self._sent[delta.index] = name
+        return b"".join(self._calls_chunk((call,)) for call in whole)
+
+    def _calls_chunk(self, calls: tuple[ToolCall, ...]) -> bytes:
+        body = {"model": self.model, "created_at": _now(), **self._text("", calls), "done": False}
         return json_bytes(body) + b"\n"
 
     def _done(self, result: GenerationResult, text: str, thinking: str = "") -> dict[str, Any]:
@@ -95,7 +120,7 @@ class OllamaFormat:
         return {
             "model": self.model,
             "created_at": _now(),
-            **self._text(text, result, thinking),
+            **self._text(text, result.tool_calls, thinking),
             "done": True,
             "done_reason": done_reason,
             # As Ollama answers it: the prompt's tokens and the reply's, for a next request's context.
@@ -105,10 +130,9 @@ class OllamaFormat:
         }
 
     def final(self, result: GenerationResult) -> bytes:
-        head = b""
-        if result.tool_calls:  # as Ollama streams them: the calls in a chunk of their own, then done
-            calls = {"model": self.model, "created_at": _now(), **self._text("", result), "done": False}
-            head = json_bytes(calls) + b"\n"
+        # The calls not yet sent (none streamed them) in a chunk of their own, then done.
+        rest = tuple(c for i, c in enumerate(result.tool_calls) if self._sent.get(i) != c.name)
+        head = self._calls_chunk(rest) if rest else b""
         return head + json_bytes({**self._done(result, ""), **self._text("")}) + b"\n"
 
     def error(self, exc: LocalspecError) -> bytes:
