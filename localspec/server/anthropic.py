@@ -11,7 +11,6 @@ otherwise) means the model served here. Errors have Anthropic's shape (app.rende
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from typing import Any
 
@@ -21,14 +20,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localspec.errors import LocalspecError
-from localspec.server.responses import anthropic_error_body, json_bytes, text_after
+from localspec.server.responses import anthropic_error_body, json_bytes, text_after, unsent
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_anthropic import CountTokensBody, MessagesBody, messages_request
 from localspec.server.state import ModelState, server_state
 from localspec.server.streaming import respond
 from localspec.types import CallDelta, GenerationRequest, GenerationResult, TokenChunk, ToolCall
-
-log = logging.getLogger("localspec.api")
 
 
 def stop_reason(result: GenerationResult) -> tuple[str, str | None]:
@@ -211,11 +208,7 @@ class AnthropicFormat:
             if tool is None or tool.name != calls[i].name:
                 whole.append(block)
             elif tool is last:
-                arguments, sent = calls[i].arguments, tool.sent
-                rest = arguments[len(sent) :]
-                if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
-                    log.warning("a streamed call's arguments are not the ones it ended with")
-                    rest = ""
+                rest = unsent(calls[i].arguments, tool.sent)
                 out.append(self._json_delta(tool.block, rest) if rest else b"")
         out.append(self._stop(last.block))
         out.extend(self._tool_use(b) for b in whole)

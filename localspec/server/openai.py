@@ -6,7 +6,6 @@ bare base URL (`http://localhost:8012`) call `/chat/completions`.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -27,6 +26,7 @@ from localspec.server.responses import (
     openai_error_body,
     progress_fields,
     stats_fields,
+    unsent,
 )
 from localspec.server.schemas import (
     ChatCompletionBody,
@@ -39,8 +39,6 @@ from localspec.server.state import ModelState, Run, server_state
 from localspec.server.streaming import frames, respond, stream_response
 from localspec.server.toolschemas import custom_names, openai_tool_calls
 from localspec.types import CallDelta, GenerationRequest, GenerationResult, TokenChunk, TokenLogprob
-
-log = logging.getLogger("localspec.api")
 
 
 class OpenAIFormat:
@@ -208,11 +206,7 @@ class OpenAIFormat:
             if sent is None:
                 pieces.append({"index": i, **call})
                 continue
-            arguments = call["function"]["arguments"]
-            rest = arguments[len(sent) :]
-            if not arguments.startswith(sent):  # ToolCallFilter.finish keeps them one text
-                log.warning("a streamed call's arguments are not the ones it ended with")
-                rest = ""
+            rest = unsent(call["function"]["arguments"], sent)
             if rest:
                 pieces.append({"index": i, "function": {"arguments": rest}})
         return pieces

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Literal
 
 from starlette.responses import JSONResponse
@@ -10,6 +11,8 @@ from starlette.responses import JSONResponse
 from localspec.errors import ContextOverflowError, LocalspecError, OverloadedError
 from localspec.server.config import RETRY_AFTER_S
 from localspec.types import GenerationResult, GenerationStats, PromptProgress
+
+log = logging.getLogger("localspec.api")
 
 
 def _message(exc: LocalspecError, api: str) -> str:
@@ -104,6 +107,15 @@ def json_bytes(data: dict[str, Any]) -> bytes:
         # A lone surrogate (a call's JSON may escape one, `"\\ud800"`) has no UTF-8: escaped, the
         # body is still the same JSON value.
         return json.dumps(data, separators=(",", ":")).encode()
+
+
+def unsent(arguments: str, sent: str) -> str:
+    """What is left of a streamed call's arguments (or input) once `sent` went out: ToolCallFilter.finish
+    keeps them one text, so anything else is logged and nothing more is sent."""
+    if not arguments.startswith(sent):
+        log.warning("a streamed call's arguments are not the ones it ended with")
+        return ""
+    return arguments[len(sent) :]
 
 
 def text_after(streamed: str, text: str) -> str:

@@ -39,7 +39,7 @@ from localspec.server.response_store import (
     StoredResponse,
     turns_size,
 )
-from localspec.server.responses import json_bytes, stats_fields, text_after
+from localspec.server.responses import json_bytes, stats_fields, text_after, unsent
 from localspec.server.schemas import parse_body
 from localspec.server.schemas_responses import ResponsesBody, item_turns, responses_request
 from localspec.server.state import ServerState, server_state
@@ -303,7 +303,7 @@ class ResponsesFormat:
                     self._message_done = self._item(text, logprobs)
             else:  # the call before it is whole: its arguments were all sent
                 item = {**last.item, _field(last.item): last.sent}
-                out.append(self._end_call(last.index, item))
+                out.append(self._end_call(last.index, item, last.sent))
             custom = delta.name in self.body.custom_names()
             index = self._message_index() + self._opened + len(self._streamed)
             streamed = _Streamed(_call_item(ToolCall(delta.name, ""), custom), index, custom)
@@ -320,15 +320,11 @@ class ResponsesFormat:
     def _last_streamed(self) -> _Streamed | None:
         return next(reversed(self._streamed.values()), None)
 
-    def _end_call(self, index: int, item: dict[str, Any]) -> bytes:
-        """A streamed call's end: what is left of it, its done event and its whole item."""
-        last = self._last_streamed()
-        field, sent = _field(item), last.sent if last is not None and last.item["id"] == item["id"] else ""
+    def _end_call(self, index: int, item: dict[str, Any], sent: str) -> bytes:
+        """A streamed call's end: what is left of it after `sent`, its done event and its whole item."""
+        field = _field(item)
         value = item[field]
-        rest = value[len(sent) :]
-        if not value.startswith(sent):  # ToolCallFilter.finish keeps them one text
-            log.warning("a streamed call's arguments are not the ones it ended with")
-            rest = ""
+        rest = unsent(value, sent)
         at = {"item_id": item["id"], "output_index": index}
         kind = _kind(item)
         return b"".join(
@@ -410,7 +406,7 @@ class ResponsesFormat:
         at = next(i for i, item in enumerate(items) if item["id"] == last.item["id"])
         for index, item in enumerate(items[at:], start=at):
             if index == at:
-                out.append(self._end_call(index, item))
+                out.append(self._end_call(index, item, last.sent))
             elif item["type"] == "message":
                 out.append(self._whole_message(index, item))
             else:
