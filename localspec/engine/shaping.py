@@ -51,6 +51,9 @@ class Shape:
     held: bool  # a schema, a grammar or calls hold it (not a thinking budget alone)
     params: SamplingParams  # the request's own, with the end of generation banned where it asked
     split: StreamSplit | None  # its reasoning told from its answer, where the model writes one
+    # Its calls held by their grammar (name first, JSON arguments): they stream as written
+    # (engine.callstream), and are followed without a stream too, so a call cut short ends the same.
+    calls_held: bool = False
 
 
 class Shaping:
@@ -78,14 +81,13 @@ class Shaping:
         held = constraint is not None
         if constraint is None:
             constraint = self._budget_alone(req, think, talks and tool_format is None)
-        # A call's body streams where the grammar holds it to JSON (engine.callstream reads it).
         calls_held = held and tool_format is not None and req.json_schema is None
         split: StreamSplit | None = (
             HarmonySplit(req.split_reasoning, stream_calls=calls_held)
             if talks
             else _reasoning_split(req, inside, tool_format, think)
         )
-        return Shape(constraint, held, params, split)
+        return Shape(constraint, held, params, split, calls_held)
 
     def special(self, marker: str) -> int | None:
         """The token `marker` is in the target, where it is one (a grammar names those)."""

@@ -695,9 +695,7 @@ class Engine:
                 tool_format,
                 req.parallel_calls,
                 callable_names(req.tool_choice),
-                # Where the call grammar holds the calls (name first), their arguments stream as
-                # written; followed without a stream too, so a call cut short ends the same.
-                stream_calls=shape.held and req.json_schema is None,
+                stream_calls=shape.calls_held,
             )
             if tool_format is not None
             else None
