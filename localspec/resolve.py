@@ -1,11 +1,14 @@
 """Which model files to load: from the settings, else the catalog's defaults in the models folder.
 
-generate and bench load what the settings say (explicit and reproducible); serve and
-chat, given no draft, load what pick-draft's fast path chooses for the target and say why.
+generate and bench load what the settings say (explicit and reproducible; a context of
+AUTO_CTX_MIN unless given); serve and chat, given no draft, load what pick-draft's fast path
+chooses for the target and say why, and given no context, as long a one as the models and this
+machine's memory allow (pickdraft.context).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +17,7 @@ from localspec.engine.rpc import parse_endpoints
 from localspec.errors import LocalspecError, ModelFileError
 from localspec.models.catalog import load_catalog
 from localspec.paths import Paths
+from localspec.pickdraft.context import AUTO_CTX_MIN
 from localspec.settings import Settings
 
 if TYPE_CHECKING:
@@ -68,18 +72,50 @@ def serve_config(
     if settings.rpc:
         return _rpc_config(settings, paths)
     if "draft" in settings.model_fields_set:
-        return engine_config(settings, paths), None
+        return _sized(engine_config(settings, paths), settings, vram, ram), None
     target = target_path(settings, paths)
     try:
         picked, choice, saved = _picked(settings, target, vram=vram, ram=ram)
     except Exception as exc:  # the pick is advice: whatever breaks it, the daemon starts as it did before
-        config = engine_config(settings, paths)
+        config = _sized(engine_config(settings, paths), settings, vram, ram)
         why = exc.message if isinstance(exc, LocalspecError) else f"{type(exc).__name__}: {exc}"
         return config, f"{_loads(config)} — pick-draft failed ({why}); the catalog's pairing applies"
-    config = _config(picked, paths, target, picked.draft)
+    config = _sized(_config(picked, paths, target, picked.draft), settings, vram, ram)
     chose = choice.draft.name if choice.draft else choice.method
     expected = f"expected {choice.expected_speedup:.2f}x" + ("; saved for this machine" if saved else "")
     return config, f"{_loads(config)} — pick-draft chose {chose} ({expected}): {choice.reason}"
+
+
+def _sized(config: EngineConfig, settings: Settings, vram: int | None, ram: int | None) -> EngineConfig:
+    """`config` with the context `auto_context` gives its models on this machine (or the overrides'),
+    where the settings give none. Headers only: nothing is loaded."""
+    if settings.n_ctx is not None:
+        return config
+    from localspec.models.gguf_info import read_gguf_info
+    from localspec.pickdraft.context import auto_context
+    from localspec.pickdraft.devices import detect_memory
+    from localspec.pickdraft.memplan import PLAN_K, ModelShape
+
+    def shape(path: Path) -> ModelShape:
+        return ModelShape.from_info(read_gguf_info(path, cache_dir=config.cache_dir))
+
+    load = config.load
+    try:
+        target = shape(config.target)
+        draft = shape(config.draft) if config.draft is not None else None
+    except Exception:  # a file the load will refuse with its own words: at the context it always had
+        return config
+    n_ctx = auto_context(
+        target,
+        draft,
+        detect_memory(vram, ram),
+        kv_type=load.kv_type,
+        k=config.k or PLAN_K,
+        repack=not load.batch_invariant,
+        plain_prefill=load.plain_prefill,
+        flash_attn=load.flash_attn,
+    )
+    return replace(config, load=replace(load, n_ctx=n_ctx))
 
 
 def _rpc_config(settings: Settings, paths: Paths) -> tuple[EngineConfig, str]:
@@ -127,14 +163,19 @@ def _picked(
     if vram is None and ram is None:  # this machine as it is: its choice is saved per target
         choice, saved = choose_for_machine(
             target,
-            n_ctx=settings.n_ctx,
+            n_ctx=settings.n_ctx or AUTO_CTX_MIN,
             kv_type=settings.kv_type,
             repack=not settings.exact,
             draft_only=draft_only,
         )
         return apply_choice(settings, choice), choice, saved
     result = pick_for_machine(
-        target, n_ctx=settings.n_ctx, kv_type=settings.kv_type, vram=vram, ram=ram, repack=not settings.exact
+        target,
+        n_ctx=settings.n_ctx or AUTO_CTX_MIN,
+        kv_type=settings.kv_type,
+        vram=vram,
+        ram=ram,
+        repack=not settings.exact,
     )
     choice = result.choice
     if draft_only and choice.method != "draft":
@@ -155,7 +196,7 @@ def _config(settings: Settings, paths: Paths, target: Path, draft: Path | None) 
         method=settings.method,
         k=settings.k,
         load=LoadOptions(
-            n_ctx=settings.n_ctx,
+            n_ctx=settings.n_ctx or AUTO_CTX_MIN,
             n_threads=settings.threads,
             gpu_layers=settings.gpu_layers,
             kv_type=settings.kv_type,

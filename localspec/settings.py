@@ -40,7 +40,13 @@ class Settings(BaseSettings):
     draft: Path | None = Field(None, description="Draft GGUF; default: pick-draft's saved choice, if any.")
     method: Method = Field("auto", description="Speculation method: auto, none, draft, ngram, layerskip.")
     k: int | None = Field(None, ge=1, le=32, description="Most tokens drafted per step; default 4, auto 15.")
-    n_ctx: int = Field(4096, ge=64, description="Context size in tokens for target and draft.")
+    n_ctx: int | None = Field(
+        None,
+        ge=64,
+        description="Context size in tokens for target and draft; default: for serve and chat the "
+        "models' training context where memory allows (pickdraft.context, at least 4096), 4096 for "
+        "generate and bench.",
+    )
     threads: int | None = Field(None, ge=1, description="CPU threads; default: physical cores.")
     gpu_layers: int | None = Field(None, ge=-1, description="Target layers on the GPU; default: plan.")
     draft_gpu_layers: int | None = Field(None, ge=-1, description="Draft layers on the GPU; default: plan.")

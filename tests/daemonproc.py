@@ -127,7 +127,7 @@ def start_daemon(
     *args: str,
     tcp: bool = False,
     token: str | None = None,
-    ctx: int = 2048,
+    ctx: int | None = 2048,
     env: dict[str, str] | None = None,
     wait: bool = True,
     nofile: int | None = None,
@@ -137,6 +137,7 @@ def start_daemon(
 ) -> Daemon:
     """Start `localspec serve --target TARGET ...` and, with `wait`, return once /health says ready.
 
+    `ctx` None leaves the context to the daemon (pickdraft.context).
     `nofile` sets the daemon's open-file limit (soft and hard), as a small machine's default would;
     `preexec` runs in the child before exec (after `nofile`); `socket_path` replaces the default socket.
     `shared_cache`: see share_cache.
@@ -146,7 +147,8 @@ def start_daemon(
         share_cache(shared_cache, home / "cache")
     port = free_port() if tcp else None
     argv: list[str] = ["--target", str(target)] if target is not None else []
-    argv += ["--ctx", str(ctx), "--no-access-log", *args]
+    argv += ["--ctx", str(ctx)] if ctx is not None else []  # None: the daemon sizes it
+    argv += ["--no-access-log", *args]
     if socket_path is not None:
         argv += ["--socket", str(socket_path)]
     if port is not None:

@@ -155,3 +155,30 @@ def test_the_plain_prefill_is_measured_unless_set(tiny_target: Path, monkeypatch
     assert engine_config(load_settings(target=tiny_target)).load.plain_prefill is None
     monkeypatch.setenv("LOCALSPEC_PLAIN_PREFILL", "false")
     assert engine_config(load_settings(target=tiny_target)).load.plain_prefill is False
+
+
+def test_serve_loads_the_targets_training_context_where_generate_loads_4096(
+    models: Path, tmp_path: Path, tiny_perfect_draft: Path
+) -> None:
+    """Agents' prompts (Claude Code's ~20,000 tokens of system prompt and tools) need more than the
+    4,096 tokens serve loaded by default; generate and bench keep 4,096, as the settings say."""
+    target = tinymodels.write_tiny_model(tmp_path / "long.gguf", n_ctx=16384)
+    settings = load_settings(target=target)
+    assert engine_config(settings).load.n_ctx == 4096
+    assert serve_config(settings, **CPU)[0].load.n_ctx == 16384
+    assert daemon_config(settings, max_body_bytes=1 << 20).engine.load.n_ctx == 16384  # this machine
+    # A draft trained for 2,048 tokens drafts worse past them; the target's context is served.
+    drafted = load_settings(target=target, draft=tiny_perfect_draft)
+    assert serve_config(drafted, **CPU)[0].load.n_ctx == 16384
+    # A context given is loaded as given, by every command.
+    given = load_settings(target=target, n_ctx=2048)
+    assert engine_config(given).load.n_ctx == serve_config(given, **CPU)[0].load.n_ctx == 2048
+
+
+def test_a_model_trained_for_less_or_a_machine_too_small_loads_4096(
+    models: Path, tiny_target: Path, catalog_pair: tuple[Path, Path]
+) -> None:
+    assert serve_config(load_settings(target=tiny_target), **CPU)[0].load.n_ctx == 4096  # trained for 2,048
+    target, _ = catalog_pair
+    config, pick = serve_config(load_settings(target=target), vram=0, ram=GIB)
+    assert pick is not None and "pick-draft failed (" in pick and config.load.n_ctx == 4096

@@ -63,7 +63,8 @@ class SessionDaemon:
         s = self.settings
         argv = [sys.executable, "-c", "from localspec.cli import main; main()", "serve"]
         argv += ["--socket", str(self.socket_path), "--no-access-log", "--method", s.method]
-        argv += ["--ctx", str(s.n_ctx)]
+        if s.n_ctx is not None:
+            argv += ["--ctx", str(s.n_ctx)]
         if s.k is not None:
             argv += ["-k", str(s.k)]
         if self.target is not None:

@@ -19,7 +19,12 @@ MODEL_OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--draft", type=click.Path(path_type=Path), help="Draft GGUF with the same tokenizer."),
     click.option("--method", type=click.Choice(METHODS), help="Speculation method (default: auto)."),
     click.option("-k", "k", type=click.IntRange(1, 32), help="Most tokens drafted per step."),
-    click.option("--ctx", "n_ctx", type=click.IntRange(64), help="Context size in tokens."),
+    click.option(
+        "--ctx",
+        "n_ctx",
+        type=click.IntRange(64),
+        help="Context size in tokens (serve, chat: the model's own where memory allows; else 4096).",
+    ),
     click.option("--threads", type=click.IntRange(1), help="CPU threads (default: physical cores)."),
     click.option("--gpu-layers", type=int, help="Target layers on the GPU (-1: all; default: all if any)."),
     click.option("--draft-gpu-layers", type=int, help="Draft layers on the GPU (-1: all)."),

@@ -12,6 +12,7 @@ import click
 
 from localspec.cli.app import cli
 from localspec.paths import Paths
+from localspec.pickdraft.context import AUTO_CTX_MIN
 
 if TYPE_CHECKING:
     from localspec.pickdraft.rank import Candidate, PickResult
@@ -77,7 +78,7 @@ def pick_draft_command(
     result = pick_for_machine(
         target_file,
         search_paths=search_paths,
-        n_ctx=settings.n_ctx,
+        n_ctx=settings.n_ctx or AUTO_CTX_MIN,
         kv_type=settings.kv_type,
         vram=parse_size(vram) if vram is not None else None,
         ram=parse_size(ram) if ram is not None else None,
@@ -104,7 +105,8 @@ def _worker_plan(settings: Settings, target: Path) -> str | None:
     from localspec.pickdraft.rpcplan import worker_line
 
     endpoints = parse_endpoints(settings.rpc)
-    return worker_line(target, endpoints, settings.n_ctx, settings.kv_type, Paths.from_env().cache_dir)
+    n_ctx = settings.n_ctx or AUTO_CTX_MIN
+    return worker_line(target, endpoints, n_ctx, settings.kv_type, Paths.from_env().cache_dir)
 
 
 def _measured(result: PickResult, *, quiet: bool) -> PickResult:

@@ -58,6 +58,8 @@ REPACKED_TYPES = frozenset({"Q4_0", "Q4_K", "IQ4_NL"})
 # and the OS and this process need room beside the models.
 GPU_RESERVE = 512 * MIB
 HOST_RESERVE = 1 * GIB
+# The planner's per-step drafts when the config leaves k to the method (auto may draft up to 15).
+PLAN_K = 8
 
 
 class MemoryPlanError(UserInputError):
@@ -294,7 +296,7 @@ def plan_memory(
     *,
     n_ctx: int,
     kv_type: str = "f16",
-    k: int = 8,
+    k: int = PLAN_K,
     repack: bool = True,
     plain_prefill: bool | None = None,
     flash_attn: bool | None = None,

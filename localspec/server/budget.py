@@ -18,10 +18,7 @@ from pathlib import Path
 
 from localspec.engine.config import EngineConfig
 from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, detect_memory
-from localspec.pickdraft.memplan import MemoryPlanError, ModelShape, budgets, plan_memory
-
-# The planner's per-step drafts when the config leaves k to the method (auto may draft up to 15).
-PLAN_K = 8
+from localspec.pickdraft.memplan import PLAN_K, MemoryPlanError, ModelShape, budgets, plan_memory
 
 
 @dataclass(frozen=True)
