@@ -103,7 +103,7 @@ def bench(
             "target": target,
             "draft": draft,
             "threads": settings.threads,
-            "n_ctx": settings.n_ctx,
+            "n_ctx": config.load.n_ctx,
             "exact": exact,
             "huge_pages": huge_pages(),
             "started": started,
