@@ -91,23 +91,18 @@ def _sized(config: EngineConfig, settings: Settings, vram: int | None, ram: int 
     where the settings give none. Headers only: nothing is loaded."""
     if settings.n_ctx is not None:
         return config
-    from localspec.models.gguf_info import read_gguf_info
     from localspec.pickdraft.context import auto_context
     from localspec.pickdraft.devices import detect_memory
-    from localspec.pickdraft.memplan import PLAN_K, ModelShape
-
-    def shape(path: Path) -> ModelShape:
-        return ModelShape.from_info(read_gguf_info(path, cache_dir=config.cache_dir))
+    from localspec.pickdraft.memplan import PLAN_K, ModelShape, draft_shape
 
     load = config.load
     try:
-        target = shape(config.target)
-        draft = shape(config.draft) if config.draft is not None else None
+        target = ModelShape.from_file(config.target, config.cache_dir)
     except Exception:  # a file the load will refuse with its own words: at the context it always had
         return config
     n_ctx = auto_context(
         target,
-        draft,
+        draft_shape(config.draft, config.cache_dir),
         detect_memory(vram, ram),
         kv_type=load.kv_type,
         k=config.k or PLAN_K,

@@ -170,6 +170,11 @@ def test_serve_loads_the_targets_training_context_where_generate_loads_4096(
     # A draft trained for 2,048 tokens drafts worse past them; the target's context is served.
     drafted = load_settings(target=target, draft=tiny_perfect_draft)
     assert serve_config(drafted, **CPU)[0].load.n_ctx == 16384
+    # A draft whose header cannot be read is refused by the engine, which serves the target alone:
+    # the target's context, as the pool counts it (budget.footprint).
+    broken = tmp_path / "broken-draft.gguf"
+    broken.write_bytes(b"not a gguf at all" * 64)
+    assert serve_config(load_settings(target=target, draft=broken), **CPU)[0].load.n_ctx == 16384
     # A context given is loaded as given, by every command.
     given = load_settings(target=target, n_ctx=2048)
     assert engine_config(given).load.n_ctx == serve_config(given, **CPU)[0].load.n_ctx == 2048

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from localspec.engine.config import LoadOptions, flash_attention
 from localspec.errors import UserInputError
@@ -110,6 +111,13 @@ class ModelShape:
             n_head=info.n_head,
         )
 
+    @classmethod
+    def from_file(cls, path: Path, cache_dir: Path | None = None) -> ModelShape:
+        """The shape of the GGUF at `path`, from its header (cached in `cache_dir`)."""
+        from localspec.models.gguf_info import read_gguf_info
+
+        return cls.from_info(read_gguf_info(path, cache_dir=cache_dir))
+
     @property
     def n_layers(self) -> int:
         return len(self.layer_bytes)
@@ -153,6 +161,17 @@ class ModelShape:
     @property
     def vocab_bytes(self) -> int:
         return self.n_vocab * VOCAB_BYTES_PER_TOKEN["bpe" if self.bpe else "other"]
+
+
+def draft_shape(path: Path | None, cache_dir: Path | None = None) -> ModelShape | None:
+    """A draft's shape; None without one, or where its header cannot be read: the engine refuses
+    such a draft and serves the target alone, so it takes nothing."""
+    if path is None:
+        return None
+    try:
+        return ModelShape.from_file(path, cache_dir)
+    except Exception:
+        return None
 
 
 def padded_ctx(n_ctx: int) -> int:

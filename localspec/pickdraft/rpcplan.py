@@ -75,11 +75,10 @@ def worker_line(
     """The plan line for a target on `endpoints`, asking each worker its memory now; when a worker
     cannot answer, the line says why (the load then fails with the same reason)."""
     from localspec.engine.rpc_probe import probe_memory
-    from localspec.models.gguf_info import read_gguf_info
 
     try:
         memory = probe_memory(endpoints)
     except RpcWorkerError as exc:
         return f"target on RPC workers {', '.join(endpoints)}: {exc.message}"
-    shape = ModelShape.from_info(read_gguf_info(target, cache_dir=cache_dir))
+    shape = ModelShape.from_file(target, cache_dir)
     return describe_workers(plan_workers(shape, endpoints, memory, n_ctx, kv_type))

@@ -14,11 +14,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from localspec.engine.config import EngineConfig
 from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, detect_memory
-from localspec.pickdraft.memplan import PLAN_K, MemoryPlanError, ModelShape, budgets, plan_memory
+from localspec.pickdraft.memplan import PLAN_K, MemoryPlanError, ModelShape, budgets, draft_shape, plan_memory
 
 
 @dataclass(frozen=True)
@@ -144,10 +143,8 @@ def footprint(config: EngineConfig, device: DeviceMemory) -> Footprint:
 
     Blocking: reads the GGUF headers (cached). Planned against the whole device, as if alone.
     """
-    from localspec.models.gguf_info import read_gguf_info
-
-    target = ModelShape.from_info(read_gguf_info(config.target, cache_dir=config.cache_dir))
-    draft = _shape(config.draft, config.cache_dir)
+    target = ModelShape.from_file(config.target, config.cache_dir)
+    draft = draft_shape(config.draft, config.cache_dir)
     if config.load.rpc:
         # The target's layers and KV cache are on the RPC workers (pickdraft.rpcplan plans them);
         # here only the draft counts, planned as if it were the model.
@@ -168,14 +165,3 @@ def footprint(config: EngineConfig, device: DeviceMemory) -> Footprint:
         flash_attn=config.load.flash_attn,
     )
     return Footprint(plan.gpu_bytes, plan.host_bytes)
-
-
-def _shape(path: Path | None, cache_dir: Path | None) -> ModelShape | None:
-    from localspec.models.gguf_info import read_gguf_info
-
-    if path is None:
-        return None
-    try:
-        return ModelShape.from_info(read_gguf_info(path, cache_dir=cache_dir))
-    except Exception:  # a draft the engine will refuse (and load without) takes nothing
-        return None
