@@ -21,6 +21,7 @@ from localspec.pickdraft.context import AUTO_CTX_MIN
 from localspec.settings import Settings
 
 if TYPE_CHECKING:
+    from localspec.pickdraft.devices import DeviceMemory
     from localspec.pickdraft.rank import Choice
 
 
@@ -59,36 +60,44 @@ def engine_config(settings: Settings, paths: Paths | None = None) -> EngineConfi
 
 
 def serve_config(
-    settings: Settings, paths: Paths | None = None, *, vram: int | None = None, ram: int | None = None
+    settings: Settings,
+    paths: Paths | None = None,
+    *,
+    vram: int | None = None,
+    ram: int | None = None,
+    memory: DeviceMemory | None = None,
 ) -> tuple[EngineConfig, str | None]:
     """The EngineConfig serve and chat load with, and one line on what pick-draft chose and why.
 
     Given a draft (flag, LOCALSPEC_DRAFT or config.toml), that draft and no line. Otherwise
     pick-draft's fast path for this machine (`vram`/`ram` override its memory figures) fills
     what the person left unset (`apply_choice`); where the pick itself fails, the catalog's
-    pairing applies as before, and the line says why.
+    pairing applies as before, and the line says why. Given no context, it is sized against
+    `memory` (the pool's view: what a load may use once it makes room), else this machine's.
     """
     paths = paths or Paths.from_env()
     if settings.rpc:
         return _rpc_config(settings, paths)
     if "draft" in settings.model_fields_set:
-        return _sized(engine_config(settings, paths), settings, vram, ram), None
+        return _sized(engine_config(settings, paths), settings, vram, ram, memory), None
     target = target_path(settings, paths)
     try:
         picked, choice, saved = _picked(settings, target, vram=vram, ram=ram)
     except Exception as exc:  # the pick is advice: whatever breaks it, the daemon starts as it did before
-        config = _sized(engine_config(settings, paths), settings, vram, ram)
+        config = _sized(engine_config(settings, paths), settings, vram, ram, memory)
         why = exc.message if isinstance(exc, LocalspecError) else f"{type(exc).__name__}: {exc}"
         return config, f"{_loads(config)} — pick-draft failed ({why}); the catalog's pairing applies"
-    config = _sized(_config(picked, paths, target, picked.draft), settings, vram, ram)
+    config = _sized(_config(picked, paths, target, picked.draft), settings, vram, ram, memory)
     chose = choice.draft.name if choice.draft else choice.method
     expected = f"expected {choice.expected_speedup:.2f}x" + ("; saved for this machine" if saved else "")
     return config, f"{_loads(config)} — pick-draft chose {chose} ({expected}): {choice.reason}"
 
 
-def _sized(config: EngineConfig, settings: Settings, vram: int | None, ram: int | None) -> EngineConfig:
-    """`config` with the context `auto_context` gives its models on this machine (or the overrides'),
-    where the settings give none. Headers only: nothing is loaded."""
+def _sized(
+    config: EngineConfig, settings: Settings, vram: int | None, ram: int | None, memory: DeviceMemory | None
+) -> EngineConfig:
+    """`config` with the context `auto_context` gives its models on `memory` (else this machine's, with
+    the overrides), where the settings give none. Headers only: nothing is loaded."""
     if settings.n_ctx is not None:
         return config
     from localspec.pickdraft.context import auto_context
@@ -103,7 +112,7 @@ def _sized(config: EngineConfig, settings: Settings, vram: int | None, ram: int 
     n_ctx = auto_context(
         target,
         draft_shape(config.draft, config.cache_dir),
-        detect_memory(vram, ram),
+        memory if memory is not None else detect_memory(vram, ram),
         kv_type=load.kv_type,
         k=config.k or PLAN_K,
         repack=not load.batch_invariant,
@@ -125,26 +134,33 @@ def _rpc_config(settings: Settings, paths: Paths) -> tuple[EngineConfig, str]:
 
 
 def model_serve_config(
-    settings: Settings, target: Path, pin: str | None, paths: Paths | None = None, *, default: bool = False
+    settings: Settings,
+    target: Path,
+    pin: str | None,
+    paths: Paths | None = None,
+    *,
+    default: bool = False,
+    memory: DeviceMemory | None = None,
 ) -> tuple[EngineConfig, str | None]:
     """What serve loads for one of the models it serves on demand, and one line on its draft.
 
     `pin` is the settings' draft for this model (a path, or "none" for no draft model); without
     one, pick-draft's fast path chooses for `target` on this machine. --draft/LOCALSPEC_DRAFT
     applies to the daemon's default model (`default`) only, before any pin: it was chosen for
-    that target.
+    that target. `memory`: what its context is sized against (serve_config).
     """
     paths = paths or Paths.from_env()
     if default and ("draft" in settings.model_fields_set or settings.rpc):
-        return serve_config(settings, paths)  # --draft, LOCALSPEC_DRAFT or config.toml's draft; --rpc
+        # --draft, LOCALSPEC_DRAFT or config.toml's draft; --rpc
+        return serve_config(settings, paths, memory=memory)
     # RPC workers hold the daemon's default target only: a worker serves one client at a time.
     own = settings.model_copy(update={"target": target, "draft": None, "rpc": None})
     if pin is not None:
         draft = None if pin.strip().lower() == "none" else Path(pin).expanduser()
-        config = _config(own, paths, target, draft)
+        config = _sized(_config(own, paths, target, draft), own, None, None, memory)
         return config, f"{_loads(config)} — pinned in the settings (drafts)"
     own.model_fields_set.discard("draft")
-    return serve_config(own, paths)
+    return serve_config(own, paths, memory=memory)
 
 
 def _picked(

@@ -15,8 +15,8 @@ import tinymodels
 
 from localspec.errors import ConfigError
 from localspec.models.catalog import load_catalog
-from localspec.pickdraft.devices import GIB
-from localspec.resolve import engine_config, serve_config
+from localspec.pickdraft.devices import GIB, detect_memory
+from localspec.resolve import engine_config, model_serve_config, serve_config
 from localspec.server.daemon import daemon_config
 from localspec.settings import load_settings
 
@@ -187,3 +187,17 @@ def test_a_model_trained_for_less_or_a_machine_too_small_loads_4096(
     target, _ = catalog_pair
     config, pick = serve_config(load_settings(target=target), vram=0, ram=GIB)
     assert pick is not None and "pick-draft failed (" in pick and config.load.n_ctx == 4096
+
+
+def test_each_served_model_is_sized_by_the_memory_its_load_may_use(tmp_path: Path) -> None:
+    """The pool sizes a model against the memory a load may use once it makes room (Room.alone),
+    not what is free beside the models loaded now; a model whose draft the settings pin is sized too."""
+    target = tinymodels.write_tiny_model(tmp_path / "wide.gguf", n_layers=8, n_embd=256, n_ctx=131072)
+    settings = load_settings(target=target)
+    roomy, tight = detect_memory(0, 64 * GIB), detect_memory(0, 2 * GIB)
+    for pin in (None, "none"):
+        wide = model_serve_config(settings, target, pin, memory=roomy)[0].load.n_ctx
+        narrow = model_serve_config(settings, target, pin, memory=tight)[0].load.n_ctx
+        assert wide == 131072 and 4096 <= narrow < wide, (pin, wide, narrow)
+    given = load_settings(target=target, n_ctx=2048)
+    assert model_serve_config(given, target, "none", memory=roomy)[0].load.n_ctx == 2048

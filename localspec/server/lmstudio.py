@@ -7,9 +7,9 @@ a block of its own statistics beside that clients need not read. The model listi
 Studio's shape: `type` (llm, or embeddings for the --embed-model), `publisher`, `arch`,
 `compatibility_type` gguf, `quantization`, `state` (loaded or not-loaded), the context lengths and
 `capabilities` (`tool_use` where the chat template takes tools: Zed offers its agent only then).
-`max_context_length` is the context this daemon serves the model at, not the trained one, as
-/api/show reports it: every model is served at one context size, and a client that sized its
-prompts to the trained one would overflow it.
+`max_context_length` is the context this daemon serves the model at (or will, once it loads),
+not the trained one, as /api/show reports it: a client that sized its prompts to the trained
+one could overflow it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LOCAL_PUBLISHER = "local"
 def _entry(state: ServerState, model: ServedModel) -> dict[str, Any]:
     info = model.info
     loaded = model.name in state.pool.resident
-    n_ctx = state.served_context(model.name)
+    n_ctx = state.served_context(model)
     return {
         "id": model.name,
         "object": "model",

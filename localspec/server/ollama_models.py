@@ -1,9 +1,10 @@
 """Ollama's model routes: `/api/tags`, `/api/show`, `/api/ps`, `/api/delete`, shaped as Ollama answers them.
 
-The daemon serves every model its catalog lists, each loaded on its first request,
-all at one context size: that is what these report, so a client sizes its prompts
-to the served context (`model_info`, `parameters` num_ctx), not to the GGUF's
-trained one. /api/ps lists the loaded models, what each takes by the memory plan,
+The daemon serves every model its catalog lists, each loaded on its first request
+at a context of its own (pickdraft.context, unless --ctx sets one for all): that is
+what these report, a model not loaded yet the one its load will use, so a client
+sizes its prompts to the served context (`model_info`, `parameters` num_ctx), not
+to the GGUF's trained one. /api/ps lists the loaded models, what each takes by the memory plan,
 and when its keep_alive runs out. /api/delete removes a model's files from the models
 folder (what `localspec pull` and /api/pull write), never another program's: Ollama's
 store, the Hugging Face cache and LM Studio's folders keep their own tools. Creating,
@@ -125,7 +126,7 @@ async def ps(request: Request) -> Response:
 
 def _show(state: ServerState, model: ServedModel) -> dict[str, Any]:
     info = model.info
-    n_ctx = state.served_context(model.name)
+    n_ctx = state.served_context(model)
     caps = ollama_info.capabilities(info)
     tokens = read_tokens(info, cache_dir=Paths.from_env().cache_dir)
     template = ollama_template(info, tokens, caps)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ class ModelPool:
         self._default_keep_alive = keep_alive
         self.resident: dict[str, Resident] = {}
         self._loadouts: dict[str, Loadout] = {}
+        self._plan_lock = threading.Lock()  # one pick-draft per model, whichever thread asks first
         self._load_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self.loading: str | None = None
@@ -108,14 +110,14 @@ class ModelPool:
 
     def used(self, but: Resident | None = None) -> Footprint:
         total = Footprint()
-        for res in self.resident.values():
+        for res in list(self.resident.values()):  # a snapshot: plan() reads it from a thread
             if res is not but:
                 total = total + res.loadout.footprint
         return total
 
     def saved(self) -> Footprint:
         """The loaded models' saved conversation caches: host memory a load may have them drop."""
-        return Footprint(host=sum(res.engine.info.saved_prompt_bytes for res in self.resident.values()))
+        return Footprint(host=sum(res.engine.info.saved_prompt_bytes for res in list(self.resident.values())))
 
     async def acquire(self, model: ServedModel) -> Resident:
         """The model's engine, loaded and ready, counted busy until `release`. Waits for a load."""
@@ -230,16 +232,28 @@ class ModelPool:
         finally:
             self.loading = None
 
+    def plan(self, model: ServedModel) -> Loadout:
+        """How `model` loads (or loaded): what a listing reports before a load, and the load then uses.
+
+        Blocking (pick-draft reads headers, the machine is probed): call it off the event loop.
+        """
+        return self._planned(model, lambda: self.room.alone(self.used() + self.saved()))
+
     async def _loadout(self, model: ServedModel, device: DeviceMemory) -> Loadout:
-        """Its engine config and footprint: pick-draft for this target, once per daemon and model."""
-        cached = self._loadouts.get(model.name)
-        if cached is None:
-            try:
-                cached = await asyncio.to_thread(self._prepare, model, device)
-            except LocalspecError as exc:
-                raise type(exc)(f"{model.name}: {exc.message}", param=exc.param) from None
-            self._loadouts[model.name] = cached
-        return cached
+        return await asyncio.to_thread(self._planned, model, lambda: device)
+
+    def _planned(self, model: ServedModel, device: Callable[[], DeviceMemory]) -> Loadout:
+        """Its engine config and footprint: pick-draft for this target, once per daemon and model,
+        against the memory a load may use once it makes room (`device`)."""
+        with self._plan_lock:
+            cached = self._loadouts.get(model.name)
+            if cached is None:
+                try:
+                    cached = self._prepare(model, device())
+                except LocalspecError as exc:
+                    raise type(exc)(f"{model.name}: {exc.message}", param=exc.param) from None
+                self._loadouts[model.name] = cached
+            return cached
 
     async def _make_room(self, name: str, need: Footprint, budget: Budget) -> None:
         """Unload the least recently used idle models until `need` fits beside the rest without

@@ -359,7 +359,7 @@ class OllamaOptions(Penalties):
     num_ctx: int | None = Field(None, ge=1, description="At most the context the daemon serves.")
 
     def check_context(self, served: int) -> None:
-        """The daemon runs one context size; a request for a larger one cannot be met."""
+        """A model is served at one context size; a request for a larger one cannot be met."""
         if self.num_ctx is not None and self.num_ctx > served:
             raise UserInputError(
                 f"options.num_ctx {self.num_ctx} is larger than the {served}-token context this daemon "

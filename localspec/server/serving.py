@@ -89,7 +89,8 @@ def build(
     def prepare(model: ServedModel, now: DeviceMemory) -> Loadout:
         if model.path == default.path:
             return Loadout(engine, pick, _default_footprint(engine, now))
-        config, why = model_serve_config(settings, model.path, draft_pin(options.pins, model), paths)
+        pin = draft_pin(options.pins, model)
+        config, why = model_serve_config(settings, model.path, pin, paths, memory=now)
         return Loadout(config, why, footprint(config, now))
 
     def keep_alive(model: ServedModel) -> float | None:

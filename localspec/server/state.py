@@ -28,7 +28,7 @@ from localspec.engine.worker import Event, Handle
 from localspec.errors import DaemonError, LocalspecError
 from localspec.models.gguf_info import GGUFInfo
 from localspec.process.hugepages import huge_pages
-from localspec.server.catalog import ModelCatalog
+from localspec.server.catalog import ModelCatalog, ServedModel
 from localspec.server.config import ApiConfig
 from localspec.server.metrics import Metrics
 from localspec.server.pool import DEFAULT, ModelPool, Resident
@@ -92,13 +92,17 @@ class ServerState:
         for res, keep_alive in scope.pop(LEASES, ()):
             self.pool.release(res, keep_alive)
 
-    def served_context(self, name: str) -> int:
-        """The context a model answers in: its engine's where it is loaded, the daemon's otherwise
-        (every model is served at one size; what /api/show and LM Studio's listing report)."""
-        res = self.pool.resident.get(name)
+    def served_context(self, model: ServedModel) -> int:
+        """The context a model answers in (what /api/show and LM Studio's listing report): its
+        engine's where it is loaded; otherwise the one its load will use, planned now (blocking:
+        call it off the event loop), or the daemon's where no plan can be made (the load says why)."""
+        res = self.pool.resident.get(model.name)
         if res is not None and res.engine.info.n_ctx:
             return res.engine.info.n_ctx
-        return self.config.n_ctx
+        try:
+            return self.pool.plan(model).config.load.n_ctx
+        except LocalspecError:
+            return self.config.n_ctx
 
     @property
     def embedder_loaded(self) -> bool:
