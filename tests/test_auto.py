@@ -1073,7 +1073,8 @@ def test_engine_auto_takes_the_request_k_as_a_cap(tiny_target: Path, tiny_perfec
     with Engine(config) as engine:
         engine.wait_ready()
         # A flat curve instead of this CPU's calibration, so that the perfect draft runs far.
-        engine._auto_costs = gpu_like_costs()
+        assert engine._methods is not None
+        engine._methods._auto_costs = gpu_like_costs()
         longest = 0
         for prompt in PROMPTS:
             base = run(engine, prompt, "none", max_tokens=64)
@@ -1094,13 +1095,14 @@ def test_engine_auto_reads_a_chat_reply_as_markdown_and_a_raw_completion_not(tin
     # reply's Markdown, whose code is fenced: a completion's raw text may be code throughout.
     with Engine(EngineConfig(target=tiny_target, method="none", load=TINY)) as engine:
         engine.wait_ready()
-        engine._auto_costs = gpu_like_costs()
-        assert engine._target is not None
+        methods = engine._methods
+        assert methods is not None and engine._target is not None
+        methods._auto_costs = gpu_like_costs()
         prose = engine._target.tokenize("Here it is:\n", add_special=False)
         code = engine._target.tokenize("Here it is:\n```python\nx = 1\n", add_special=False)
 
         def in_prose(req: GenerationRequest, tokens: list[int]) -> bool:
-            policy = engine._policy(req, ())[0]
+            policy = methods.policy(req, ())[0]
             assert isinstance(policy, AutoPolicy) and policy._ngram is not None
             return policy._ngram.in_prose(tokens)
 
@@ -1121,12 +1123,12 @@ def test_engine_n_gram_drafts_know_the_models_end_of_generation_tokens(tiny_targ
     # A draft stops at the first of them (NgramDrafter._until_end): the target's own, read at load.
     with Engine(EngineConfig(target=tiny_target, method="none", load=TINY)) as engine:
         engine.wait_ready()
-        assert engine._target is not None
+        assert engine._target is not None and engine._methods is not None
         ends = frozenset(engine._target.eog_tokens())
         assert ends
         chat = GenerationRequest(messages=(ChatMessage(role="user", content="hi"),))
         for auto in (False, True):
-            assert engine._ngram(chat, auto=auto)._ends == ends
+            assert engine._methods._ngram(chat, auto=auto)._ends == ends
 
 
 def test_engine_with_a_fixed_default_method_calibrates_on_the_first_auto_request(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from localspec.engine.worker import Event, Handle
+from localspec.engine.handle import Event, Handle
 from localspec.errors import LocalspecError
 from localspec.types import GenerationRequest, GenerationResult, GenerationStats, TokenChunk
 

@@ -54,7 +54,7 @@ def test_a_closed_engine_is_freed_though_what_it_loaded_was_frozen(
             (), prompt="one two three", max_tokens=8, speculative=SpecParams(method=method)
         )
         engine.generate(request)
-    alive = weakref.ref(engine), weakref.ref(engine._target), weakref.ref(engine._drafters["draft"])
+    alive = weakref.ref(engine), weakref.ref(engine._target), weakref.ref(engine._model_drafter())
     engine.close()
     assert gc.get_freeze_count() > 0
     del engine

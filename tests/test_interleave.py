@@ -19,6 +19,7 @@ from test_engine import TINY, make_engine
 from localspec.engine import interleave, worker
 from localspec.engine.config import EXACT_POSITIONS, EngineConfig, LoadOptions
 from localspec.engine.drafters.base import Drafter, common_prefix
+from localspec.engine.handle import Event, Handle
 from localspec.engine.interleave import (
     SHORT_MAX_TOKENS,
     SHORT_PROMPT_CHARS,
@@ -29,7 +30,7 @@ from localspec.engine.interleave import (
 )
 from localspec.engine.llama import LlamaModel
 from localspec.engine.speculative import FixedPolicy, Generation, StepContext
-from localspec.engine.worker import Engine, Event, Handle
+from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError
 from localspec.types import (
     ChatMessage,

@@ -193,7 +193,7 @@ def test_the_draft_model_goes_back_to_its_cache_of_the_conversation_too(
     with engine_with(tiny_target, 64 << 20, tiny_perfect_draft, fast) as engine:
         ask(engine, CONVERSATION, method="draft")
         ask(engine, OTHER, method="draft")
-        drafter = engine._drafters["draft"]
+        drafter = engine._model_drafter()
         assert isinstance(drafter, ModelDrafter)
         fed: list[int] = []
         decode = drafter.model.decode

@@ -22,7 +22,8 @@ from typing import Any
 
 from localspec import errors
 from localspec.engine.config import EngineConfig
-from localspec.engine.worker import Engine, Handle
+from localspec.engine.handle import Handle
+from localspec.engine.worker import Engine
 from localspec.errors import LocalspecError
 from localspec.types import GenerationResult
 

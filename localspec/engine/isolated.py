@@ -25,9 +25,10 @@ from typing import Any
 
 from localspec.engine.config import EngineConfig
 from localspec.engine.engine_child import ErrorState
+from localspec.engine.handle import Handle
 from localspec.engine.rpc import worker_states
 from localspec.engine.templating import TemplateRenderer
-from localspec.engine.worker import Engine, EngineInfo, Handle, ProgressFn
+from localspec.engine.worker import Engine, EngineInfo, ProgressFn
 from localspec.errors import LocalspecError, RpcWorkerError
 from localspec.types import GenerationRequest, GenerationResult
 

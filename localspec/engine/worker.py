@@ -1,10 +1,11 @@
 """The engine: one worker thread owns the llama.cpp models; everyone else talks to it through a queue.
 
-`Engine.submit()` returns a `Handle` at once; its events (text chunks, then the
-result or an error) arrive as the worker produces them. Requests run one at a
-time in arrival order; a full queue is refused with OverloadedError rather than
-letting latency grow without bound. No request can take the worker down: each
-failure is delivered to that request's handle only.
+`Engine.submit()` returns a `Handle` (engine.handle) at once; its events (text chunks, then the
+result or an error) arrive as the worker produces them. Requests run in arrival order, a short one
+taking a turn while a long reply pauses (engine.interleave); which drafter each runs with, and why,
+is engine.methods'. A full queue is refused with OverloadedError rather than letting latency grow
+without bound. No request can take the worker down: each failure is delivered to that request's
+handle only.
 """
 
 from __future__ import annotations
@@ -19,51 +20,45 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from localspec.engine import heap, interleave
-from localspec.engine.config import EXACT_POSITIONS, EngineConfig
-from localspec.engine.drafters.base import Drafter, common_prefix
+from localspec.engine.config import EngineConfig
+from localspec.engine.drafters.base import common_prefix
 from localspec.engine.drafters.model import ModelDrafter
-from localspec.engine.drafters.ngram import NgramDrafter, NgramMemory
+from localspec.engine.drafters.ngram import NgramMemory
+from localspec.engine.handle import Handle
 from localspec.engine.interleave import Turns, is_short, take_first, waiting
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
+from localspec.engine.methods import Methods
 from localspec.engine.prefill import attach_plain_prefill
 from localspec.engine.promptcache import PromptCache, Saved, draft_holding, room_for, state_bytes
 from localspec.engine.prompting import (
-    NO_FORMS,
-    PromptForms,
     chat_template,
     checked_ids,
     cut_to_context,
     prediction_matched,
-    prompt_forms,
     prompt_tokens,
     rendered_chat,
 )
+from localspec.engine.reasoning import StreamSplit
 from localspec.engine.shaping import Shaping
-from localspec.engine.speculative import FixedPolicy, Generation, Policy
+from localspec.engine.speculative import Generation
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.tooluse import ToolCallFilter, request_tool_format
-from localspec.errors import LocalspecError, OverloadedError, StorageError
+from localspec.errors import LocalspecError, OverloadedError
 from localspec.types import (
-    DEFAULT_K,
     GenerationRequest,
     GenerationResult,
-    PromptProgress,
     TokenChunk,
     TokenLogprob,
     callable_names,
 )
 
-if TYPE_CHECKING:
-    from localspec.auto.policy import AutoPolicy, OnlineCosts
-
 log = logging.getLogger("localspec.engine")
 
 Status = Literal["loading", "ready", "failed", "closed"]
 ProgressFn = Callable[[str, float], None]
-Event = TokenChunk | GenerationResult | LocalspecError
 
 
 @dataclass
@@ -81,95 +76,6 @@ class EngineInfo:
     saved_prompt_bytes: int = 0
     draft_error: str | None = None
     error: str | None = None
-
-
-class Handle:
-    """One submitted request: iterate it for chunks; `result` is set once it ends."""
-
-    def __init__(self, request: GenerationRequest, stream: bool = True) -> None:
-        self.request = request
-        # False: only the result is delivered. Each chunk wakes the reading thread, and on a
-        # 2-core machine a thread woken per token takes its time slice from llama.cpp's workers.
-        self.stream = stream
-        self.cancelled = threading.Event()
-        self.result: GenerationResult | None = None
-        self._events: deque[Event] = deque()
-        self._ready = threading.Condition(threading.Lock())
-        # Set while a reader waits with nothing to read. Only then does a chunk wake it; a reader
-        # gathering chunks (`gather`) is woken by the end alone (see `gather`).
-        self._hungry = False
-
-    def cancel(self) -> None:
-        """Stop this request; takes effect within one decoding step."""
-        self.cancelled.set()
-
-    def tell(self, progress: PromptProgress) -> None:
-        """How far the prompt's read has got, as a chunk of its own (GenerationRequest.progress)."""
-        self.put(TokenChunk("", (), progress=progress))
-
-    def put(self, event: Event) -> None:
-        with self._ready:
-            self._events.append(event)
-            if self._hungry or not isinstance(event, TokenChunk):
-                self._ready.notify()
-
-    def next_event(self, timeout: float | None = None) -> Event:
-        """The next chunk, the result, or the error (returned, not raised). Blocks.
-
-        Raises queue.Empty when `timeout` passes first.
-        """
-        with self._ready:
-            self._wait_for_any(timeout)
-            return self._events.popleft()
-
-    def take(self) -> list[Event]:
-        """Every event delivered so far, at least one (blocks for it), in order."""
-        with self._ready:
-            self._wait_for_any(None)
-            events = list(self._events)
-            self._events.clear()
-            return events
-
-    def gather(self, seconds: float) -> None:
-        """Let chunks gather for up to `seconds` unwoken; the end (result or error) cuts it short.
-
-        A streaming reader that takes every chunk as it comes wakes once a token: on a machine
-        whose cores all run llama.cpp, each wake-up and the GIL it hands around costs the
-        engine's thread time (docs/benchmarks.md, session 39).
-        """
-        deadline = time.monotonic() + seconds
-        with self._ready:
-            while not self._ended() and (left := deadline - time.monotonic()) > 0:
-                self._ready.wait(left)
-
-    def _ended(self) -> bool:
-        return bool(self._events) and not isinstance(self._events[-1], TokenChunk)
-
-    def _wait_for_any(self, timeout: float | None) -> None:
-        if self._events:
-            return
-        self._hungry = True
-        try:
-            if not self._ready.wait_for(lambda: self._events, timeout):
-                raise queue.Empty
-        finally:
-            self._hungry = False
-
-    def __iter__(self) -> Iterator[TokenChunk]:
-        while True:
-            event = self.next_event()
-            if isinstance(event, LocalspecError):
-                raise event
-            if isinstance(event, GenerationResult):
-                self.result = event
-                return
-            yield event
-
-    def wait(self) -> GenerationResult:
-        for _ in self:
-            pass
-        assert self.result is not None
-        return self.result
 
 
 @dataclass
@@ -272,16 +178,13 @@ class Engine:
         self._prompt_cache = PromptCache(config.prompt_cache_bytes)
         # The last scored prompt: its tokens, alternatives asked for, and entries (Generation's `scored`).
         self._scored: tuple[tuple[int, ...], int, tuple[TokenLogprob, ...]] | None = None
-        self._drafters: dict[str, Drafter] = {}
-        self._auto_costs: OnlineCosts | None = None
+        self._methods: Methods | None = None  # the ways it drafts, once the target is loaded
         self._shaping: Shaping | None = None  # what holds and reads a reply, once the target is loaded
-        self._ends: frozenset[int] = frozenset()  # the target's end-of-generation tokens (at load)
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self._ngram_memory = NgramMemory(config.ngram_memory_tokens)
         # Chat templates run in the renderer's child process, never on the engine thread.
         self.renderer = TemplateRenderer()
         self._template: ChatTemplate | None = None
-        self._layerskip_error: str | None = None
         # Replies part-way, their caches saved while another request runs (engine.interleave).
         self._parked: deque[_Task] = deque()
         self._short_s = 0.0  # how long the last short request ran (interleave.Turns)
@@ -434,55 +337,20 @@ class Engine:
         self.info.plain_prefill = self._target.plain_prefill
         self._template = chat_template(self._target)
         self._shaping = Shaping(self._target, self._template)
-        self._ends = frozenset(self._target.eog_tokens())
         self.renderer.start()
         self.info.gpu_offload = gpu_offload_supported()
-        self._drafters["ngram"] = NgramDrafter()  # listed here; each request gets its own (`_ngram`)
+        self._methods = methods = Methods(
+            cfg, self._target, self._ngram_memory, self._folder, self._report, self._caches_emptied
+        )
         if cfg.draft is not None:
-            self._load_draft(cfg.draft)
-        self.info.methods = ["none", *self._drafters, "layerskip", "auto"]
+            methods.load_draft(cfg.draft)
+            self.info.draft_error = methods.draft_error
+        self.info.methods = methods.names
         if cfg.method == "auto":
-            self._calibrated()  # at load, so the first request does not wait for it
+            methods.calibrated()  # at load, so the first request does not wait for it
 
-    def _load_draft(self, path: Path) -> None:
-        from localspec.models.compat import check_compat
-        from localspec.models.gguf_info import read_gguf_info
-
-        cache = self._folder(self.config.cache_dir, "cache")
-        try:
-            target_info = read_gguf_info(self.config.target, cache_dir=cache)
-            draft_info = read_gguf_info(path, cache_dir=cache)
-            check_compat(target_info, draft_info, cache_dir=cache).raise_if_incompatible(
-                self.config.target.name, path.name
-            )
-            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers, rpc=())
-            model = LlamaModel(path, options, self._report("draft"))
-        except Exception as exc:
-            # The target alone still serves every request; the stats say why there is no draft.
-            # Any failure, not only the foreseen ones: a draft file must never take the daemon down.
-            why = exc.message if isinstance(exc, LocalspecError) else f"{path}: {type(exc).__name__}: {exc}"
-            self.info.draft_error = why
-            log.warning("draft not loaded: %s", why)
-            return
-        self._drafters["draft"] = ModelDrafter(model, "draft", self.config.draft_min_confidence)
-
-    def _layerskip(self) -> Drafter:
-        if self._layerskip_error is not None:
-            raise LocalspecError(self._layerskip_error)
-        if "layerskip" not in self._drafters:
-            from localspec.models.layerskip import derive_layerskip_draft
-
-            derived = self._folder(self.config.derived_dir, "derived")
-            try:
-                path = derive_layerskip_draft(self.config.target, cache_dir=derived)
-            except StorageError as exc:
-                # Deriving hashes and copies the whole target: not again on every request (restart to retry).
-                self._layerskip_error = exc.message
-                raise
-            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers, rpc=())
-            model = LlamaModel(path, options, self._report("layerskip draft"))
-            self._drafters["layerskip"] = ModelDrafter(model, "layerskip", self.config.draft_min_confidence)
-        return self._drafters["layerskip"]
+    def _caches_emptied(self) -> None:
+        self._kv_tokens, self._kv_parked = [], False
 
     def _report(self, what: str) -> Callable[[float], None] | None:
         progress = self._progress
@@ -492,11 +360,17 @@ class Engine:
 
     def _unload(self) -> None:
         self._prompt_cache.drop()
-        for drafter in self._drafters.values():
-            if isinstance(drafter, ModelDrafter):
-                drafter.model.close()
+        for model in self._methods.models() if self._methods is not None else []:
+            model.close()
+        # Methods holds this engine's bound methods: a cycle, which a frozen heap (engine.heap) would
+        # keep for the process's life.
+        self._methods = None
         if self._target is not None:
             self._target.close()
+
+    def _model_drafter(self) -> ModelDrafter | None:
+        """The draft model's drafter, where one is loaded (its cache goes with the target's)."""
+        return self._methods.draft if self._methods is not None else None
 
     # --- requests in turns (engine.interleave) ---------------------------------------
 
@@ -626,15 +500,31 @@ class Engine:
         """Whether another reply may start part-way beside the running one and those parked."""
         return len(self._parked) + 2 <= interleave.MAX_TASKS
 
-    def _model_drafter(self) -> ModelDrafter | None:
-        """The draft model's drafter, where a draft model is loaded (its cache is saved and loaded
-        with the target's)."""
-        found = self._drafters.get("draft")
-        return found if isinstance(found, ModelDrafter) else None
-
     def _generate(self, task: _Task) -> Generator[None, None, GenerationResult]:
         """Run `task`'s request; yields where it hands the model over (engine.interleave)."""
-        assert self._target is not None
+        gen, split, calls = self._start(task)
+        job = task.job
+        for chunk in gen.run():
+            if chunk is None:  # another request's turn
+                yield
+                continue
+            out = chunk
+            if split is not None:
+                reasoning, text = split.push(chunk.text)
+                out = replace(chunk, text=text, reasoning=reasoning)
+            if calls is not None:
+                out = replace(out, text=calls.push(out.text), calls=calls.call_deltas())
+                if calls.repeated():
+                    gen.end()
+            if job.stream:
+                job.put(out)
+        return self._finish(job, gen, split, calls)
+
+    def _start(self, task: _Task) -> tuple[Generation, StreamSplit | None, ToolCallFilter | None]:
+        """`task`'s generation set up: its prompt tokenized (cut to the context where asked), its
+        reply's shape and policy chosen, the KV cache switched to what it shares; and what splits
+        its reasoning from its answer and its tool calls from its text, where the request has them."""
+        assert self._target is not None and self._shaping is not None and self._methods is not None
         job = task.job
         req = job.request
         checked_ids(self._target, [token for token, _ in req.sampling.logit_bias], "logit_bias")
@@ -643,9 +533,8 @@ class Engine:
         whole = len(tokens)
         if req.truncate and req.suffix is None and req.prompt_logprobs is None:
             tokens = cut_to_context(tokens, self._target.n_ctx)
-        assert self._shaping is not None
         shape = self._shaping.shape(req, tokens, tool_format)
-        policy, method, k, reason = self._policy(req, tokens, json_reply=shape.held)
+        policy, method, k, reason = self._methods.policy(req, tokens, json_reply=shape.held)
         reuse = self._prompt_cache.switch(
             self._target,
             self._kv_tokens,
@@ -690,32 +579,22 @@ class Engine:
                 self._target.n_ctx,
                 gen.stats.dropped_tokens,
             )
-        calls = (
-            ToolCallFilter(
-                tool_format,
-                req.parallel_calls,
-                callable_names(req.tool_choice),
-                stream_calls=shape.calls_held,
-            )
-            if tool_format is not None
-            else None
+        if tool_format is None:
+            return gen, shape.split, None
+        names = callable_names(req.tool_choice)
+        return (
+            gen,
+            shape.split,
+            ToolCallFilter(tool_format, req.parallel_calls, names, stream_calls=shape.calls_held),
         )
-        split = shape.split
-        for chunk in gen.run():
-            if chunk is None:  # another request's turn
-                yield
-                continue
-            out = chunk
-            if split is not None:
-                reasoning, text = split.push(chunk.text)
-                out = replace(chunk, text=text, reasoning=reasoning)
-            if calls is not None:
-                out = replace(out, text=calls.push(out.text), calls=calls.call_deltas())
-                if calls.repeated():
-                    gen.end()
-            if job.stream:
-                job.put(out)
-        assert gen.result is not None
+
+    def _finish(
+        self, job: Handle, gen: Generation, split: StreamSplit | None, calls: ToolCallFilter | None
+    ) -> GenerationResult:
+        """The result of `gen`, run to its end: what the splits held back sent, the stats a reply's
+        text gives counted, the KV cache's tokens and the n-gram memory kept for the next request."""
+        assert self._target is not None and gen.result is not None
+        req = job.request
         if split is not None:
             reasoning, text = split.finish()
             text = calls.push(text) if calls is not None else text
@@ -732,7 +611,7 @@ class Engine:
             gen.stats.prediction_accepted = prediction_matched(predicted, gen.generated)
         self._kv_tokens = gen.tokens[: self._target.n_past]
         if req.prompt_logprobs is not None and gen.result.prompt_logprobs:
-            self._scored = (tuple(tokens), req.prompt_logprobs, gen.result.prompt_logprobs)
+            self._scored = (tuple(gen.prompt), req.prompt_logprobs, gen.result.prompt_logprobs)
         self._ngram_memory.remember(gen.tokens)
         if calls is None:
             return gen.result
@@ -750,111 +629,3 @@ class Engine:
         if req.prompt_logprobs is None or last is None or last[1] != req.prompt_logprobs:
             return ()
         return last[2][: common_prefix(last[0], tokens)]
-
-    def _policy(
-        self, req: GenerationRequest, prompt: Sequence[int], json_reply: bool = False
-    ) -> tuple[Policy, str, int, str | None]:
-        """A request's policy, method and k cap; a method that cannot run falls back to `none`, with why.
-        `json_reply`: a grammar holds the reply to JSON (a schema, a tool call)."""
-        spec = req.speculative
-        method = spec.method
-        assert self._target is not None
-        ngram = method in ("auto", "ngram")
-        if method != "none" and self._target.verify_limit(at=len(prompt)) < 2:
-            # --exact where no verify of 2+ positions would round as one-token decoding: with layers
-            # on a GPU at any position, on the CPU from EXACT_POSITIONS on.
-            if self._target.on_gpu:
-                where, why = "with layers on a GPU", "(no wider verify is bit-identical)"
-                reason = f"{method} off: --exact {where} verifies one token at a time {why}"
-            else:
-                where = f"past position {EXACT_POSITIONS}"
-                why = "(llama.cpp's attention rounds differently in batches there)"
-                reason = f"{method} off: --exact verifies one token at a time {where} {why}"
-            return FixedPolicy(None, 0), "none", 0, reason
-        forms = prompt_forms(self._target, req, prompt, json_reply) if ngram else NO_FORMS
-        if method == "auto":
-            policy = self._auto_policy(spec.k, self._ngram(req, forms, auto=True))
-            return policy, "auto", policy.k_max, None
-        k = min(DEFAULT_K if spec.k is None else spec.k, self._k_limit())
-        if method == "none":
-            return FixedPolicy(None, 0), "none", 0, None
-        if method == "layerskip":
-            try:
-                return FixedPolicy(self._layerskip(), k), method, k, None
-            except LocalspecError as exc:
-                return FixedPolicy(None, 0), "none", 0, f"layerskip unavailable: {exc.message}"
-        drafter = self._ngram(req, forms) if method == "ngram" else self._drafters.get(method)
-        if drafter is None:
-            why = self.info.draft_error or "no draft model loaded (--draft FILE)"
-            return FixedPolicy(None, 0), "none", 0, f"{method} unavailable: {why}"
-        return FixedPolicy(drafter, k), method, k, None
-
-    def _ngram(
-        self, req: GenerationRequest, forms: PromptForms = NO_FORMS, auto: bool = False
-    ) -> NgramDrafter:
-        """A request's n-gram drafter, reading earlier requests' text unless a seed must reproduce it:
-        sampled output depends on what was drafted, and memory changes from one request to the next.
-        `forms`: the prompt's other forms a reply may copy (`prompt_forms`)."""
-        seeded = not req.sampling.greedy and req.sampling.seed is not None
-        memory = None if seeded else self._ngram_memory
-        assert self._target is not None
-        # The tokens' text tells the copy cursor the forms of one name apart (` lo`, `(lo`), and
-        # auto where a chat reply (Markdown) is in prose; a raw completion's text is not Markdown.
-        text = self._target.piece_text
-        if auto:
-            return NgramDrafter.for_auto(
-                memory, text, bool(req.messages) or req.chat, self._ends, forms.views, forms.skipped
-            )
-        return NgramDrafter(
-            memory=memory, text=text, ends=self._ends, views=forms.views, skipped=forms.skipped
-        )
-
-    def _auto_policy(self, k: int | None, ngram: NgramDrafter) -> AutoPolicy:
-        from localspec.auto.costmodel import NGRAM_K_MAX
-        from localspec.auto.policy import NEAR_TIE_PRIOR, AutoPolicy
-
-        assert self._target is not None
-        # Its own n-gram lookup (NgramDrafter.for_auto): the match length is the evidence auto weighs.
-        return AutoPolicy(
-            self._calibrated(),
-            ngram,
-            self._model_drafter(),
-            k_max=min(NGRAM_K_MAX if k is None else k, self._k_limit()),
-            # Only --exact re-decides near-ties; elsewhere a prior for them only shortens drafts.
-            near_tie_prior=NEAR_TIE_PRIOR if self._target.exact else 0.0,
-        )
-
-    def _k_limit(self) -> int:
-        """The most tokens a step may draft: its verify batch (k + 1) must round like one-token decoding."""
-        assert self._target is not None
-        return self._target.max_verify_batch - 1
-
-    def _calibrated(self) -> OnlineCosts:
-        """The target's and draft's decode curves, measured once per machine (cached on disk)."""
-        if self._auto_costs is None:
-            from localspec.auto.calibrate import DRAFT_SIZES, calibrate
-            from localspec.auto.costmodel import Curve
-            from localspec.auto.policy import OnlineCosts
-
-            assert self._target is not None
-            cache = self._folder(self.config.cache_dir, "cache")
-            draft = self._model_drafter()
-            try:
-                measured = calibrate(self._target, cache, progress=self._report("calibration"))
-                verify, draft_curve = measured.curve, None
-                if draft is not None:
-                    measured = calibrate(
-                        draft.model, cache, sizes=DRAFT_SIZES, progress=self._report("draft calibration")
-                    )
-                    draft_curve = measured.curve
-                if measured.not_saved is not None:
-                    log.warning("calibration not saved (measured again next start): %s", measured.not_saved)
-            except Exception as exc:  # auto must still serve: assume batching gains nothing
-                log.warning("calibration failed, auto will decode plainly: %s", exc)
-                verify, draft_curve = Curve.linear(0.03), None
-            # Calibrating emptied both KV caches: nothing cached from earlier requests is left.
-            self._kv_tokens, self._kv_parked = [], False
-            if draft is not None:
-                draft.start((), fresh=True)
-            self._auto_costs = OnlineCosts(verify, draft_curve)
-        return self._auto_costs

@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.types import Scope
 
 from localspec import __version__
+from localspec.engine.handle import Event, Handle
 from localspec.engine.rpc import worker_states
-from localspec.engine.worker import Event, Handle
 from localspec.errors import DaemonError, LocalspecError
 from localspec.models.gguf_info import GGUFInfo
 from localspec.process.hugepages import huge_pages

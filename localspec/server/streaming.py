@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from localspec.engine.worker import Event
+from localspec.engine.handle import Event
 from localspec.errors import LocalspecError
 from localspec.server.state import Run
 from localspec.types import GenerationResult, TokenChunk
