@@ -122,6 +122,16 @@ def _sized(
     return replace(config, load=replace(load, n_ctx=n_ctx))
 
 
+def serve_context(settings: Settings, target: Path, choice: Choice, device: DeviceMemory) -> int:
+    """The context serve and chat load pick-draft's `choice` for `target` with on `device`: the settings'
+    where they give one, else as long as the models and the memory allow (pickdraft.context)."""
+    from localspec.pickdraft.rank import apply_choice
+
+    picked = apply_choice(settings, choice)
+    config = _config(picked, Paths.from_env(), target, picked.draft)
+    return _sized(config, settings, None, None, device).load.n_ctx
+
+
 def _rpc_config(settings: Settings, paths: Paths) -> tuple[EngineConfig, str]:
     """A target on RPC workers: pick-draft plans against this machine's memory, which the target does
     not use, so the draft is the configured or catalog one, and the line says how the workers split it."""

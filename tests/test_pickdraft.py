@@ -367,7 +367,9 @@ def test_cli_table_and_json(isolated: Path, tiny_target: Path, tiny_perfect_draf
     lines = table.stdout.splitlines()
     assert lines[1] == "memory: CPU only; RAM 8.0 of 8.0 GiB available (psutil, --ram, --vram)"
     assert "CANDIDATE" in lines[3]
-    rows = [line for line in lines[4:] if line.strip() and not line.startswith(("choice", "why", "plan"))]
+    rows = [
+        line for line in lines[4:] if line.strip() and not line.startswith(("choice", "why", "plan", "serve"))
+    ]
     assert len(rows) == 4  # the perfect draft, ngram, layerskip, none: one line each
     assert sum(line.startswith("*") for line in rows) == 1
 
@@ -392,8 +394,37 @@ def test_cli_save_writes_what_serve_reads(
     saved = tomllib.loads(config.read_text())
     assert saved["method"] == choice["method"] and saved["target"] == str(tiny_target.resolve())
     settings = load_settings()
-    assert settings.method == choice["method"] and settings.n_ctx == choice["n_ctx"]
-    assert settings.gpu_layers == choice["gpu_layers"]
+    assert settings.method == choice["method"] and settings.gpu_layers == choice["gpu_layers"]
+    # Planned at 4,096, the choice saves no context: serve sizes it to the pair (pickdraft.context);
+    # a context given is saved.
+    assert "n_ctx" not in saved and settings.n_ctx is None
+    out = run("pick-draft", "--target", str(tiny_target), "--vram", "24G", "--save", "--ctx", "1024")
+    assert out.exit_code == 0, out.output
+    assert tomllib.loads(config.read_text())["n_ctx"] == load_settings().n_ctx == 1024
+
+
+def test_cli_save_of_plain_decoding_leaves_settings_that_load(isolated: Path, tiny_target: Path) -> None:
+    # No draft pays: the choice is none with k 0, which the settings refuse (k >= 1): a saved
+    # k = 0 failed every command after it.
+    out = run("pick-draft", "--target", str(tiny_target), "--vram", "0", "--save", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["choice"]["k"] == 0
+    assert "k" not in tomllib.loads(Paths.from_env().config_file.read_text())
+    assert load_settings().method == json.loads(out.stdout)["choice"]["method"]
+    assert run("pick-draft", "--target", str(tiny_target), "--vram", "0").exit_code == 0
+
+
+def test_cli_reports_the_context_serve_will_load(isolated: Path, tmp_path: Path) -> None:
+    target = tinymodels.write_tiny_model(tmp_path / "long.gguf", n_ctx=16384)
+    out = run("pick-draft", "--target", str(target), "--vram", "0", "--ram", "8G")
+    assert out.exit_code == 0, out.output
+    assert "serve: context 16384 tokens (trained for 16384" in out.stdout
+    data = json.loads(
+        run("pick-draft", "--target", str(target), "--vram", "0", "--ram", "8G", "--json").stdout
+    )
+    assert data["serve_n_ctx"] == 16384 and data["choice"]["n_ctx"] == 4096
+    given = run("pick-draft", "--target", str(target), "--vram", "0", "--ctx", "2048")
+    assert given.exit_code == 0 and "serve: context" not in given.stdout
 
 
 def test_cli_refuses_a_size_it_cannot_read(isolated: Path, tiny_target: Path) -> None:

@@ -70,7 +70,7 @@ def pick_draft_command(
     """
     from localspec.pickdraft.devices import parse_size
     from localspec.pickdraft.machine import pick_for_machine
-    from localspec.resolve import target_path
+    from localspec.resolve import serve_context, target_path
     from localspec.settings import load_settings, save_settings
 
     settings = load_settings(target=target, n_ctx=n_ctx, kv_type=kv_type, exact=exact, rpc=rpc)
@@ -87,14 +87,36 @@ def pick_draft_command(
     if measure:
         result = _measured(result, quiet=as_json)
     workers = _worker_plan(settings, target_file)
+    # The choice is planned at AUTO_CTX_MIN where no context is set; serve then sizes it to the pair.
+    served = (
+        None
+        if settings.n_ctx or workers
+        else serve_context(settings, target_file, result.choice, result.device)
+    )
     if as_json:
-        click.echo(json.dumps(result.to_dict() | ({"rpc": workers} if workers else {}), indent=2))
+        extra = ({"rpc": workers} if workers else {}) | ({"serve_n_ctx": served} if served else {})
+        click.echo(json.dumps(result.to_dict() | extra, indent=2))
     else:
-        for line in report_lines(result) + ([f"rpc: {workers}"] if workers else []):
+        for line in (
+            report_lines(result) + ([f"rpc: {workers}"] if workers else []) + _serve_line(result, served)
+        ):
             click.echo(line)
     if save:
-        path = save_settings(result.choice.settings_values(result.target.path))
+        values = result.choice.settings_values(result.target.path)
+        if settings.n_ctx is None:  # saved, it would hold serve at the context the choice was planned at
+            values.pop("n_ctx")
+        path = save_settings(values)
         click.echo(f"saved to {path}", err=as_json)
+
+
+def _serve_line(result: PickResult, served: int | None) -> list[str]:
+    if served is None:
+        return []
+    trained = result.target.n_ctx_train
+    return [
+        f"serve: context {served} tokens (trained for {trained}, as this machine's memory allows; "
+        "--ctx or n_ctx in config.toml sets one)"
+    ]
 
 
 def _worker_plan(settings: Settings, target: Path) -> str | None:

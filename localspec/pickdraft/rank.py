@@ -105,6 +105,8 @@ class Choice:
         values = {
             key: value for key, value in self.to_dict().items() if key not in ("expected_speedup", "reason")
         }
+        if self.k < 1:  # nothing drafted: no cap to save (a saved 0 fails the settings' k >= 1)
+            values.pop("k")
         return {"target": str(target), **values}
 
 
