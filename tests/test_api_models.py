@@ -183,6 +183,22 @@ def test_keep_alive_zero_unloads_after_the_request_and_minus_one_keeps_it(
     assert wait_until_unloaded(http, "beta")
 
 
+def test_ollama_reports_the_time_a_request_waited_for_its_model_to_load(
+    oll: ollama.Client, http: httpx.Client
+) -> None:
+    oll.generate(model="gamma", prompt="", keep_alive=0)
+    assert wait_until_unloaded(http, "gamma")
+    cold = oll.generate(model="gamma", prompt="hello", options={"num_predict": 2})
+    load_s = loaded(http)["gamma"]["load_seconds"]
+    warm = oll.chat(model="gamma", messages=CHAT, options={"num_predict": 2})
+    assert cold.load_duration is not None and warm.load_duration is not None
+    assert cold.load_duration >= load_s * 1e9 > warm.load_duration  # the load, then none
+    for reply in (cold, warm):
+        assert reply.total_duration is not None and reply.load_duration is not None
+        assert reply.eval_duration is not None
+        assert reply.total_duration >= reply.load_duration + reply.eval_duration
+
+
 def test_a_model_that_fails_to_load_is_this_requests_error(
     oai: openai.OpenAI, http: httpx.Client, daemon: Daemon
 ) -> None:

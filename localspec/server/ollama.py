@@ -6,6 +6,7 @@ streams unless the body says `"stream": false`. Durations are nanoseconds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -50,10 +51,11 @@ def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _durations(stats: GenerationStats) -> dict[str, int]:
+def _durations(stats: GenerationStats, load_s: float) -> dict[str, int]:
+    """Ollama's durations, in nanoseconds; the total counts the wait for the model to load (`load_s`)."""
     return {
-        "total_duration": int(stats.elapsed_s * NS),
-        "load_duration": 0,
+        "total_duration": int((load_s + stats.elapsed_s) * NS),
+        "load_duration": int(load_s * NS),
         "prompt_eval_count": stats.prompt_tokens,
         "prompt_eval_duration": int(stats.ttft_s * NS),
         "eval_count": stats.tokens,
@@ -66,9 +68,13 @@ class OllamaFormat:
 
     media_type = "application/x-ndjson"
 
-    def __init__(self, model: str, chat: bool, logprobs: bool = False, context: bool = False) -> None:
-        """`context`: the final answer carries the exchange's tokens (generate, unless raw)."""
+    def __init__(
+        self, model: str, chat: bool, logprobs: bool = False, context: bool = False, load_s: float = 0.0
+    ) -> None:
+        """`context`: the final answer carries the exchange's tokens (generate, unless raw); `load_s`:
+        how long the request waited for its model to load (Ollama's load_duration)."""
         self.model = model
+        self.load_s = load_s
         self.chat = chat
         self.logprobs = logprobs
         self.context = context
@@ -125,7 +131,7 @@ class OllamaFormat:
             "done_reason": done_reason,
             # As Ollama answers it: the prompt's tokens and the reply's, for a next request's context.
             **({"context": [*result.prompt_ids, *result.token_ids]} if self.context else {}),
-            **_durations(result.stats),
+            **_durations(result.stats, self.load_s),
             **stats_fields(result.stats),
         }
 
@@ -168,7 +174,9 @@ def _unloaded(model: str, text: dict[str, Any]) -> dict[str, Any]:
 
 async def chat(request: Request) -> Response:
     body = parse_body(await request.body(), OllamaChatBody)
+    started = time.monotonic()
     state = await _use(request, body, not body.messages)
+    load_s = time.monotonic() - started
     if isinstance(state, str):
         return JSONResponse(_unloaded(state, {"message": {"role": "assistant", "content": ""}}))
     model = state.resolve_model(body.model)
@@ -178,13 +186,15 @@ async def chat(request: Request) -> Response:
     return await respond(
         await state.start(request, greq, body.stream),
         body.stream,
-        OllamaFormat(model, chat=True, logprobs=body.logprobs),
+        OllamaFormat(model, chat=True, logprobs=body.logprobs, load_s=load_s),
     )
 
 
 async def generate(request: Request) -> Response:
     body = parse_body(await request.body(), OllamaGenerateBody)
+    started = time.monotonic()
     state = await _use(request, body, not body.prompt and not body.suffix)
+    load_s = time.monotonic() - started
     if isinstance(state, str):
         return JSONResponse(_unloaded(state, {"response": ""}))
     model = state.resolve_model(body.model)
@@ -195,7 +205,7 @@ async def generate(request: Request) -> Response:
     return await respond(
         await state.start(request, greq, body.stream),
         body.stream,
-        OllamaFormat(model, chat=False, logprobs=body.logprobs, context=not body.raw),
+        OllamaFormat(model, chat=False, logprobs=body.logprobs, context=not body.raw, load_s=load_s),
     )
 
 
