@@ -6,6 +6,8 @@ target's distribution (chi-square against `none`); failures must cost nothing bu
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -232,6 +234,22 @@ def test_prompt_longer_than_the_context_is_refused_with_both_numbers(tiny_target
         assert err.value.n_ctx == engine.info.n_ctx and err.value.n_prompt > engine.info.n_ctx
         assert str(err.value.n_ctx) in err.value.message and str(err.value.n_prompt) in err.value.message
         assert run(engine, "hello", "none", max_tokens=4).token_ids  # still serving
+
+
+def test_a_context_smaller_than_a_batch_reads_a_prompt_longer_than_it_asked_for(tiny_target: Path) -> None:
+    # llama.cpp lowers n_batch to a smaller context and aborts the whole process on a larger batch
+    # (GGML_ASSERT n_tokens_all <= n_batch): `generate --ctx 64` crashed on its first prompt. In a
+    # child process, so that a crash is this test's failure, not the test run's.
+    code = (
+        "import sys; from pathlib import Path; from localspec.engine.config import LoadOptions; "
+        "from localspec.engine.llama import LlamaModel; "
+        "m = LlamaModel(Path(sys.argv[1]), LoadOptions(n_ctx=64, n_threads=1)); "
+        "m.decode(list(range(1, 101)), 1); print(m.n_past)"
+    )
+    run = [sys.executable, "-c", code, str(tiny_target)]
+    out = subprocess.run(run, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "100"  # llama.cpp pads the context to 256, its batch stays 64
 
 
 def test_an_empty_prompt_is_refused_not_continued_from_a_stale_row(perfect: Engine) -> None:

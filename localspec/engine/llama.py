@@ -9,6 +9,7 @@ Not thread-safe: one engine thread owns each instance.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import threading
@@ -186,6 +187,10 @@ class LlamaModel:
         _init_backend()
         self.path = Path(path)
         check_gguf_file(self.path)
+        # llama.cpp takes at most n_ctx tokens a batch (it lowers n_batch to a smaller context), and
+        # aborts the process on a larger one: chunks are cut to what it takes.
+        if options.n_batch > options.n_ctx:
+            options = dataclasses.replace(options, n_batch=options.n_ctx)
         self.options = options
         # Whether llama.cpp may repack the weights for its CPU kernels (None: unless batch_invariant).
         self.repack = not options.batch_invariant if repack is None else repack
