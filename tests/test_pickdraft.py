@@ -392,9 +392,13 @@ def test_cli_save_writes_what_serve_reads(
     config = Paths.from_env().config_file
     assert f"saved to {config}" in out.stderr
     saved = tomllib.loads(config.read_text())
-    assert saved["method"] == choice["method"] and saved["target"] == str(tiny_target.resolve())
+    assert saved["target"] == str(tiny_target.resolve())
+    # What serve runs given the choice and no config: auto over the chosen draft (if any), its own k.
+    assert choice["method"] in ("draft", "ngram") and choice["k"] >= 1
+    assert saved["method"] == "auto" and saved.get("draft") == choice["draft"] and "k" not in saved
     settings = load_settings()
-    assert settings.method == choice["method"] and settings.gpu_layers == choice["gpu_layers"]
+    assert settings.method == "auto" and settings.gpu_layers == choice["gpu_layers"]
+    assert settings.draft == (Path(choice["draft"]) if choice["draft"] else None)
     # Planned at 4,096, the choice saves no context: serve sizes it to the pair (pickdraft.context);
     # a context given is saved.
     assert "n_ctx" not in saved and settings.n_ctx is None
@@ -405,12 +409,15 @@ def test_cli_save_writes_what_serve_reads(
 
 def test_cli_save_of_plain_decoding_leaves_settings_that_load(isolated: Path, tiny_target: Path) -> None:
     # No draft pays: the choice is none with k 0, which the settings refuse (k >= 1): a saved
-    # k = 0 failed every command after it.
+    # k = 0 failed every command after it. An older saved cap goes too.
+    Paths.from_env().config_file.parent.mkdir(parents=True, exist_ok=True)
+    Paths.from_env().config_file.write_text("k = 6\n")
     out = run("pick-draft", "--target", str(tiny_target), "--vram", "0", "--save", "--json")
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["choice"]["k"] == 0
-    assert "k" not in tomllib.loads(Paths.from_env().config_file.read_text())
-    assert load_settings().method == json.loads(out.stdout)["choice"]["method"]
+    saved = tomllib.loads(Paths.from_env().config_file.read_text())
+    # auto, as serve runs a choice of none given no config: it still copies where a reply repeats text.
+    assert "k" not in saved and saved["method"] == load_settings().method == "auto"
     assert run("pick-draft", "--target", str(tiny_target), "--vram", "0").exit_code == 0
 
 

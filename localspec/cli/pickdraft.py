@@ -48,7 +48,11 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 )
 @click.option("--measure", is_flag=True, help="Measure speed and acceptance here instead of using priors.")
 @click.option("--json", "as_json", is_flag=True, help="Print the choice and every candidate as JSON.")
-@click.option("--save", is_flag=True, help="Write the choice to config.toml, which serve and chat read.")
+@click.option(
+    "--save",
+    is_flag=True,
+    help="Write the choice to config.toml, which serve and chat read (method auto where auto runs it).",
+)
 def pick_draft_command(
     target: Path | None,
     search_paths: Sequence[Path],

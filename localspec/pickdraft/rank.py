@@ -101,12 +101,21 @@ class Choice:
         }
 
     def settings_values(self, target: Path) -> dict[str, Any]:
-        """The keys `settings.save_settings` writes to config.toml."""
+        """The keys `settings.save_settings` writes to config.toml: what serve runs given this choice
+        and no config (`apply_choice`), so that saving it changes nothing but keeps it. Where `auto`
+        runs the choice it saves `auto` with the choice's draft: a saved `none` would lose auto's
+        copies on code edits (2.4x of none here), a saved `draft` would draft at every step where auto
+        stops while the draft is wrong."""
         values = {
             key: value for key, value in self.to_dict().items() if key not in ("expected_speedup", "reason")
         }
-        if self.k < 1:  # nothing drafted: no cap to save (a saved 0 fails the settings' k >= 1)
-            values.pop("k")
+        if self.method in AUTO_CHOOSES:
+            values["method"] = "auto"
+        # No cap where nothing is drafted (a saved 0 fails the settings' k >= 1), nor for auto, which
+        # chooses its own k (apply_choice gives the choice's k to the choice's method only): None
+        # removes an older one (settings.save_settings).
+        if self.k < 1 or values["method"] != self.method:
+            values["k"] = None
         return {"target": str(target), **values}
 
 
