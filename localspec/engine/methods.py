@@ -54,7 +54,9 @@ class Methods:
         self._report = report
         self._emptied = emptied
         self._ends = frozenset(target.eog_tokens())  # the target's end-of-generation tokens
-        self._drafters: dict[str, Drafter] = {"ngram": NgramDrafter()}  # listed; requests get their own
+        # The draft models loaded, by method (draft, layerskip); each request gets an n-gram drafter of
+        # its own.
+        self._drafters: dict[str, ModelDrafter] = {}
         self._layerskip_error: str | None = None
         self._auto_costs: OnlineCosts | None = None
         self.draft_error: str | None = None  # why the configured draft model did not load
@@ -68,12 +70,11 @@ class Methods:
     def draft(self) -> ModelDrafter | None:
         """The draft model's drafter, where a draft model is loaded (its cache is saved and loaded
         with the target's)."""
-        found = self._drafters.get("draft")
-        return found if isinstance(found, ModelDrafter) else None
+        return self._drafters.get("draft")
 
     def models(self) -> list[LlamaModel]:
         """The draft models loaded (the draft, the layer-skip draft), for closing."""
-        return [d.model for d in self._drafters.values() if isinstance(d, ModelDrafter)]
+        return [d.model for d in self._drafters.values()]
 
     def load_draft(self, path: Path) -> None:
         """Load the draft model at `path`; a failure of any kind leaves the target alone, with why."""
@@ -87,8 +88,7 @@ class Methods:
             check_compat(target_info, draft_info, cache_dir=cache).raise_if_incompatible(
                 self.config.target.name, path.name
             )
-            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers, rpc=())
-            model = LlamaModel(path, options, self._report("draft"))
+            drafter = self._load_drafter(path, "draft", "draft")
         except Exception as exc:
             # The target alone still serves every request; the stats say why there is no draft.
             # Any failure, not only the foreseen ones: a draft file must never take the daemon down.
@@ -96,7 +96,7 @@ class Methods:
             self.draft_error = why
             log.warning("draft not loaded: %s", why)
             return
-        self._drafters["draft"] = ModelDrafter(model, "draft", self.config.draft_min_confidence)
+        self._drafters["draft"] = drafter
 
     def policy(
         self, req: GenerationRequest, prompt: Sequence[int], json_reply: bool = False
@@ -177,10 +177,15 @@ class Methods:
                 # Deriving hashes and copies the whole target: not again on every request (restart to retry).
                 self._layerskip_error = exc.message
                 raise
-            options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers, rpc=())
-            model = LlamaModel(path, options, self._report("layerskip draft"))
-            self._drafters["layerskip"] = ModelDrafter(model, "layerskip", self.config.draft_min_confidence)
+            self._drafters["layerskip"] = self._load_drafter(path, "layerskip", "layerskip draft")
         return self._drafters["layerskip"]
+
+    def _load_drafter(self, path: Path, name: str, label: str) -> ModelDrafter:
+        """A draft model loaded as the settings place drafts (its own GPU layers, never on RPC workers);
+        `label` names it in the load's progress."""
+        options = replace(self.config.load, gpu_layers=self.config.draft_gpu_layers, rpc=())
+        model = LlamaModel(path, options, self._report(label))
+        return ModelDrafter(model, name, self.config.draft_min_confidence)
 
     def _ngram(
         self, req: GenerationRequest, forms: PromptForms = NO_FORMS, auto: bool = False
