@@ -7,11 +7,15 @@ variables `LOCALSPEC_<FIELD>`, the TOML file `<config dir>/config.toml`
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Collection
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -167,19 +171,83 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=Paths.from_env().config_file)
-        return (init_settings, env_settings, toml)
+        unread = _UNREAD.get()
+        if not unread:
+            return (init_settings, env_settings, toml)
+        return (init_settings, _Without(env_settings, unread), _Without(toml, unread))
+
+
+# Fields the settings being built take at their defaults, whatever env and file say (see
+# load_settings_reading): a source's dict would merge into a default given as an argument.
+_UNREAD: ContextVar[frozenset[str]] = ContextVar("unread", default=frozenset())
+
+
+class _Without(PydanticBaseSettingsSource):
+    """A settings source with some fields left out."""
+
+    def __init__(self, source: PydanticBaseSettingsSource, fields: frozenset[str]) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+        self._fields = fields
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return {key: value for key, value in self._source().items() if key not in self._fields}
 
 
 def load_settings(**overrides: Any) -> Settings:
     """Build the settings; `None` overrides mean "not given" and fall through to env/file/defaults."""
+    return load_settings_reading(None, **overrides)
+
+
+def load_settings_reading(reads: Collection[str] | None, **overrides: Any) -> Settings:
+    """The settings for a command that uses only the fields `reads` names (None: all of them): a bad
+    value in any other field is taken at its default, so `localspec stop` or `pick-draft --save`
+    (which rewrites the choice's keys) still run beside a config.toml line another command refuses.
+    """
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**given)
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        first = str(exc).splitlines()
-        raise ConfigError(
-            f"invalid settings: {' '.join(first[:3])}; check LOCALSPEC_* and {Paths.from_env().config_file}"
-        ) from None
+        try:
+            return Settings(**given)
+        except ValidationError as exc:
+            bad = {str(error["loc"][0]) for error in exc.errors()}
+            if reads is None or bad & {*reads, *given}:
+                raise
+            token = _UNREAD.set(frozenset(bad))
+            try:
+                return Settings(**given)
+            finally:
+                _UNREAD.reset(token)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid settings: {_described(exc, given)}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid settings: {_config()} is not TOML ({exc}); fix that line") from None
+    except ValueError as exc:  # raised by a settings source rather than a field's check
+        raise ConfigError(f"invalid settings: {exc}; check LOCALSPEC_* and {_config()}") from None
+
+
+def _described(exc: ValidationError, given: dict[str, Any]) -> str:
+    """Each bad value as `key = value: what is wrong`, then where to fix it."""
+    parts, fixes = [], []
+    for error in exc.errors():
+        field = str(error["loc"][0])
+        value = error.get("input")
+        shown = f" = {value!r}" if value is not None and not isinstance(value, dict) else ""
+        message = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{'.'.join(str(part) for part in error['loc'])}{shown}: {message}")
+        env = f"LOCALSPEC_{field.upper()}"
+        if field in given:
+            continue  # a flag's own check names it; a caller's value is the caller's to fix
+        fix = f"change or unset {env}" if env in os.environ else f"fix or remove it in {_config()}"
+        if fix not in fixes:
+            fixes.append(fix)
+    return "; ".join(parts + fixes)
+
+
+def _config() -> Path:
+    return Paths.from_env().config_file
 
 
 def save_settings(values: dict[str, Any], paths: Paths | None = None) -> Path:

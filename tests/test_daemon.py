@@ -27,6 +27,7 @@ from daemonproc import (
 )
 
 from localspec.models.catalog import load_catalog
+from localspec.paths import Paths
 from localspec.process.hugepages import glibc_version, huge_pages, thp_mode, tunables_with_huge_pages
 
 pytestmark = pytest.mark.timeout(180)
@@ -184,6 +185,13 @@ def test_sigterm_mid_stream_exits_0_and_cleans_up(tmp_path: Path, tiny_target: P
 
 def test_stop_command_stops_the_daemon(tmp_path: Path, tiny_target: Path) -> None:
     d = start_daemon(tmp_path / "home", tiny_target)
+    # A bad value written since the start (as an older pick-draft --save did) must not keep the
+    # daemon out of reach: status and stop read the socket alone.
+    config = Paths.from_env(daemon_env(d.home)).config_file
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("k = 0\n")
+    assert run_cli(d.home, "generate", "hi").returncode == 2
+    assert run_cli(d.home, "status").returncode == 0
     out = run_cli(d.home, "stop")
     assert out.returncode == 0, out.stderr
     assert f"pid {d.proc.pid}" in out.stdout

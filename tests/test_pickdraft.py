@@ -421,6 +421,28 @@ def test_cli_save_of_plain_decoding_leaves_settings_that_load(isolated: Path, ti
     assert run("pick-draft", "--target", str(tiny_target), "--vram", "0").exit_code == 0
 
 
+def test_cli_save_replaces_a_bad_saved_choice_every_other_command_refuses(
+    isolated: Path, tiny_target: Path
+) -> None:
+    # An older --save wrote k = 0 and method none: every command refused the file, this one too,
+    # so nothing could write it again. The save's own keys are not read; they are replaced.
+    config = Paths.from_env().config_file
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('k = 0\nmethod = "none"\nkv_type = "f16"\n')
+    refused = run("generate", "hi")
+    assert refused.exit_code == 2 and "k = 0: Input should be greater than or equal to 1" in refused.stderr
+    out = run("pick-draft", "--target", str(tiny_target), "--vram", "0", "--save")
+    assert out.exit_code == 0, out.output
+    saved = tomllib.loads(config.read_text())
+    assert "k" not in saved and saved["method"] == "auto" and saved["kv_type"] == "f16"
+    assert load_settings().k is None
+    # A key ranking reads is still refused, naming it.
+    config.write_text("n_ctx = 12\n")
+    bad = run("pick-draft", "--target", str(tiny_target), "--vram", "0", "--save")
+    assert bad.exit_code == 2 and "n_ctx = 12" in bad.stderr and str(config) in bad.stderr
+    assert config.read_text() == "n_ctx = 12\n"
+
+
 def test_cli_reports_the_context_serve_will_load(isolated: Path, tmp_path: Path) -> None:
     target = tinymodels.write_tiny_model(tmp_path / "long.gguf", n_ctx=16384)
     out = run("pick-draft", "--target", str(target), "--vram", "0", "--ram", "8G")

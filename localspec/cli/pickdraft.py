@@ -74,10 +74,14 @@ def pick_draft_command(
     """
     from localspec.pickdraft.devices import parse_size
     from localspec.pickdraft.machine import pick_for_machine
+    from localspec.pickdraft.rank import CHOICE_KEYS
     from localspec.resolve import serve_context, target_path
-    from localspec.settings import load_settings, save_settings
+    from localspec.settings import Settings, load_settings_reading, save_settings
 
-    settings = load_settings(target=target, n_ctx=n_ctx, kv_type=kv_type, exact=exact, rpc=rpc)
+    # Not the choice's own keys, which --save rewrites: a bad one there (as an older --save wrote,
+    # k = 0) must not keep the save from replacing it.
+    reads = set(Settings.model_fields) - CHOICE_KEYS
+    settings = load_settings_reading(reads, target=target, n_ctx=n_ctx, kv_type=kv_type, exact=exact, rpc=rpc)
     target_file = target_path(settings, Paths.from_env())
     result = pick_for_machine(
         target_file,

@@ -28,9 +28,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def _socket_for(socket_path: Path | None) -> Path:
     from localspec.paths import Paths
-    from localspec.settings import load_settings
+    from localspec.settings import load_settings_reading
 
-    return socket_path or load_settings().socket or Paths.from_env().socket_path
+    # Only the socket: a bad value elsewhere must not keep `localspec stop` from reaching the daemon.
+    return socket_path or load_settings_reading(("socket",)).socket or Paths.from_env().socket_path
 
 
 @cli.command("serve")

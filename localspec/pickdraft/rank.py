@@ -75,6 +75,10 @@ class Candidate:
         }
 
 
+# The settings a saved choice sets that ranking does not read (it reads target and n_ctx).
+CHOICE_KEYS = frozenset(("method", "draft", "k", "gpu_layers", "draft_gpu_layers"))
+
+
 @dataclass(frozen=True)
 class Choice:
     """What serve and chat load: the settings pick-draft recommends, and why."""
