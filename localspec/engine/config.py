@@ -13,11 +13,53 @@ from pathlib import Path
 from localspec.engine.drafters.base import DRAFT_MIN_CONFIDENCE
 from localspec.types import Method
 
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
 
 def default_threads() -> int:
+    """The physical cores, but no more than the CPUs this process may use: in a container given 2
+    CPUs of a 64-core host, 32 threads would wait on each other's time slices."""
     import psutil
 
-    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+    return max(1, min(psutil.cpu_count(logical=False) or os.cpu_count() or 1, usable_cpus()))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask, within a cgroup's CPU quota."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity masks
+        cpus = os.cpu_count() or 1
+    try:
+        quota = quota_cpus(CGROUP_CPU_MAX.read_text())
+    except OSError:
+        quota = None
+    return max(1, min(cpus, quota) if quota else cpus)
+
+
+def quota_cpus(cpu_max: str) -> int | None:
+    """The CPUs a cgroup v2 `cpu.max` ("200000 100000": 2 CPUs' time a period) allows, rounded up;
+    None for no quota ("max") or text that is not one."""
+    parts = cpu_max.split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return -(-quota // period) if quota > 0 and period > 0 else None
+
+
+def threads_warning(threads: int) -> str | None:
+    """A line for a thread count above the CPUs this process may use, else None."""
+    cpus = usable_cpus()
+    if threads <= cpus:
+        return None
+    # Measured on 2 cores (docs/benchmarks.md, session 57): 64 threads decoded 3.4 tok/s against 27.7.
+    return (
+        f"{threads} threads on {cpus} usable CPU{'s' if cpus > 1 else ''}: llama.cpp's threads will wait "
+        f"on each other and decode several times slower; use --threads {cpus} or leave it unset"
+    )
 
 
 @dataclass(frozen=True)

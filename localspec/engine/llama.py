@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -30,6 +31,7 @@ from localspec.engine.config import (
     LoadOptions,
     default_threads,
     flash_attention,
+    threads_warning,
 )
 from localspec.errors import (
     ContextOverflowError,
@@ -103,6 +105,14 @@ def gpu_offload_supported() -> bool:
 def default_gpu_layers(gpu: int | None) -> int:
     """n_gpu_layers for LoadOptions.gpu_layers: None means every layer where offload is supported."""
     return (-1 if gpu_offload_supported() else 0) if gpu is None else gpu
+
+
+@functools.cache
+def _warn_threads(threads: int) -> None:
+    """Once a process for each count: every context (target, draft, plain copy) is made with it."""
+    warning = threads_warning(threads)
+    if warning:
+        log.warning("%s", warning)
 
 
 def offloads(n_gpu_layers: int, options: LoadOptions) -> bool:
@@ -278,6 +288,7 @@ class LlamaModel:
         params.n_ubatch = opts.n_batch
         params.n_seq_max = 1
         threads = opts.n_threads or default_threads()
+        _warn_threads(threads)
         params.n_threads = threads
         params.n_threads_batch = threads
         params.type_k = params.type_v = KV_TYPES[opts.kv_type]
