@@ -228,6 +228,11 @@ class GenerationRequest:
     # its own (a single message, /api/generate's prompt) then loses its middle, as Ollama cuts it.
     truncate: bool = False
     dropped_messages: int = 0
+    # Ollama's options.num_ctx where it is below the context the model is served at: the prompt
+    # must fit this many tokens, cut to them as above where `truncate`, else refused, as Ollama
+    # runs a model at num_ctx (its reply may run on past it, as Ollama's does by shifting its
+    # context). None: the served context.
+    context_limit: int | None = None
     # Stream how far the prompt's read has got (llama-server's `return_progress`): chunks with
     # `progress` set and nothing else, before the first token. A 10,000-token prompt takes a
     # minute to read on a CPU; without them a client sees nothing until the first token.

@@ -344,6 +344,34 @@ def test_num_ctx_up_to_the_served_context(uds_ollama: ollama.Client) -> None:
     assert "8192" in info.value.error and "1024" in info.value.error and "--ctx" in info.value.error
 
 
+def test_a_smaller_num_ctx_holds_the_prompt_to_it(uds_ollama: ollama.Client, daemon: Daemon) -> None:
+    """As Ollama runs a model at num_ctx: a chat past it drops its oldest messages, a generate
+    prompt past it loses its middle (Ollama's "truncating input prompt"), and with `truncate:
+    false` it is refused, where the served context (1024) would hold them whole."""
+    messages = _long_chat(20)
+    whole = uds_ollama.chat(model="tiny-fim", messages=messages, options={**GREEDY, "num_predict": 2})
+    assert whole.prompt_eval_count is not None and 256 < whole.prompt_eval_count < 1024 - 2
+    held = uds_ollama.chat(
+        model="tiny-fim", messages=messages, options={**GREEDY, "num_predict": 2, "num_ctx": 256}
+    )
+    assert held.done and held.prompt_eval_count is not None and held.prompt_eval_count <= 256 - 2
+    prompt = " ".join(f"line {i} of the parser test" for i in range(60))
+    cut = uds_ollama.generate(
+        model="tiny-fim", prompt=prompt, raw=True, options={**GREEDY, "num_predict": 2, "num_ctx": 256}
+    )
+    assert cut.done and cut.prompt_eval_count == 256 - (256 - 5) // 2
+    body: dict[str, Any] = {"model": "tiny-fim", "stream": False, "truncate": False}
+    with daemon.http() as http:
+        refused = http.post(
+            "/api/generate", json={**body, "prompt": prompt, "raw": True, "options": {"num_ctx": 256}}
+        )
+        fits = http.post(
+            "/api/generate", json={**body, "prompt": prompt, "raw": True, "options": {"num_predict": 2}}
+        )
+    assert refused.status_code == 400 and "the context holds 256" in refused.json()["error"]
+    assert fits.status_code == 200 and fits.json()["prompt_eval_count"] > 256
+
+
 def _long_chat(turns: int) -> list[dict[str, str]]:
     words = "the model reads the file and writes the test for the parser"
     roles = ("user", "assistant")

@@ -46,7 +46,7 @@ from localspec.engine.shaping import Shaping
 from localspec.engine.speculative import Generation
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.tooluse import ToolCallFilter, request_tool_format
-from localspec.errors import LocalspecError, OverloadedError
+from localspec.errors import ContextOverflowError, LocalspecError, OverloadedError
 from localspec.types import (
     GenerationRequest,
     GenerationResult,
@@ -531,8 +531,11 @@ class Engine:
         tool_format = request_tool_format(self._target, req)
         tokens = prompt_tokens(self._target, req, self.renderer)
         whole = len(tokens)
+        n_ctx = min(self._target.n_ctx, req.context_limit or self._target.n_ctx)
         if req.truncate and req.suffix is None and req.prompt_logprobs is None:
-            tokens = cut_to_context(tokens, self._target.n_ctx)
+            tokens = cut_to_context(tokens, n_ctx)
+        elif req.context_limit is not None and len(tokens) >= n_ctx:  # (the served one: Generation's)
+            raise ContextOverflowError(len(tokens), n_ctx)
         shape = self._shaping.shape(req, tokens, tool_format)
         policy, method, k, reason = self._methods.policy(req, tokens, json_reply=shape.held)
         reuse = self._prompt_cache.switch(
@@ -576,7 +579,7 @@ class Engine:
             log.info(
                 "a %d-token prompt past the %d-token context: its middle left out (%d tokens)",
                 whole,
-                self._target.n_ctx,
+                min(self._target.n_ctx, req.context_limit or self._target.n_ctx),
                 gen.stats.dropped_tokens,
             )
         if tool_format is None:

@@ -356,7 +356,12 @@ class OllamaOptions(Penalties):
     seed: int | None = None
     num_predict: int | None = Field(None, ge=-2, description="-1 or -2: until the context is full.")
     stop: list[str] | None = Field(None, max_length=MAX_STOP)
-    num_ctx: int | None = Field(None, ge=1, description="At most the context the daemon serves.")
+    num_ctx: int | None = Field(
+        None,
+        ge=1,
+        description="At most the context the daemon serves; a smaller one holds the prompt to it, as "
+        "Ollama's does (cut to fit, or refused with `truncate: false`).",
+    )
 
     def check_context(self, served: int) -> None:
         """A model is served at one context size; a request for a larger one cannot be met."""
@@ -366,6 +371,10 @@ class OllamaOptions(Penalties):
                 f"serves; ask for at most {served}, or restart it with --ctx {self.num_ctx}",
                 param="options.num_ctx",
             )
+
+    def context_limit(self, served: int) -> int | None:
+        """The context the prompt must fit: num_ctx where it is below the served one."""
+        return self.num_ctx if self.num_ctx is not None and self.num_ctx < served else None
 
     def sampling(self) -> SamplingParams:
         d = OLLAMA_DEFAULTS
@@ -605,6 +614,7 @@ def ollama_chat_request(body: OllamaChatBody, spec: SpecParams, unlimited: int) 
         json_schema=ollama_format_schema(body.format),
         logprobs=body.logprobs_asked(),
         truncate=body.truncate,
+        context_limit=body.options.context_limit(unlimited),
     )
 
 
@@ -622,6 +632,7 @@ def ollama_generate_request(body: OllamaGenerateBody, spec: SpecParams, unlimite
         "logprobs": body.logprobs_asked(),
         "context_ids": tuple(body.context or ()),
         "truncate": body.truncate,
+        "context_limit": body.options.context_limit(unlimited),
     }
     if body.suffix:
         return GenerationRequest(prompt=prompt, suffix=body.suffix, **common)

@@ -273,7 +273,10 @@ class ModelState:
         # The chat template runs off the event loop and off the engine thread, within its budget.
         prepared = await asyncio.to_thread(self.engine.prepare, greq)
         if greq.truncate and (greq.messages or greq.context_ids):
-            count, n_ctx = self.engine.count_prompt_tokens, self.unlimited
+            count, n_ctx = (
+                self.engine.count_prompt_tokens,
+                min(self.unlimited, greq.context_limit or self.unlimited),
+            )
             fitted = await asyncio.to_thread(truncated, greq, count, n_ctx, _most_tokens(prepared))
             if fitted is not greq:  # rendered again without what was left out
                 prepared = await asyncio.to_thread(self.engine.prepare, fitted)
