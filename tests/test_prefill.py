@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from cancelpoints import SetWhen
 
+from localspec.engine import prefill
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.llama import PREFILL_MIN, LlamaModel, ReadPaused
 from localspec.engine.prefill import attach_plain_prefill
@@ -73,6 +74,52 @@ def test_a_long_prompt_read_by_the_plain_copy_continues_as_the_model_alone(tiny_
     finally:
         alone.close()
         split.close()
+
+
+def test_the_copy_s_context_starts_small_and_grows_to_what_a_read_needs(
+    tiny_target: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its cache is a second one beside the model's: sized for most prompts, grown (doubling, up
+    # to the model's) where a read needs more, with what the model holds handed over again.
+    monkeypatch.setattr(prefill, "PLAIN_CONTEXT", 256)
+    alone, split = LlamaModel(tiny_target, OPTIONS), with_prefill(tiny_target)
+    plain = split._prefill
+    try:
+        assert plain is not None and plain.n_ctx == 256 and split.n_ctx == 1024
+        steps = [tokens(alone, 200), [], tokens(alone, 300), tokens(alone, 120), tokens(alone, 390)]
+        sizes = []
+        for step in steps:
+            if not step:  # one-token steps on the repacked model itself: the copy lacks them
+                for _ in range(4):
+                    nxt = int(np.argmax(alone.logits(-1)))
+                    for model in (alone, split):
+                        model.decode([nxt], 1)
+                continue
+            for model in (alone, split):
+                model.decode(step, 2)
+            assert split.n_past == alone.n_past == cached_positions(split)
+            for i in (-2, -1):
+                np.testing.assert_allclose(split.logits(i), alone.logits(i), atol=ATOL)
+            sizes.append(plain.n_ctx)
+        assert sizes == [256, 512, 1024, 1024]  # 204 fit; 504 past 256; 624 past 512; 1014
+        assert split._out_ctx == plain._ctx  # the last read's logits: the grown copy's
+    finally:
+        alone.close()
+        split.close()
+
+
+def test_the_copy_has_the_model_s_attention_whatever_its_own_size(tiny_target: Path) -> None:
+    # A cache goes over only between contexts of one layout (V is transposed without flash attention).
+    for n_ctx, flash in ((16384, False), (1024, True)):
+        model = LlamaModel(tiny_target, replace(OPTIONS, n_ctx=n_ctx, plain_prefill=True))
+        try:
+            attach_plain_prefill(model, Path("/nonexistent"))
+            assert model._prefill is not None and model._prefill.options.flash_attn is flash
+            assert model._prefill.n_ctx == min(n_ctx, prefill.PLAIN_CONTEXT)
+            model.decode(tokens(model, 100), 1)  # handed over: it would fail across layouts
+            assert model.n_past == cached_positions(model) == 100
+        finally:
+            model.close()
 
 
 def test_short_inputs_stay_on_the_model_and_a_cancelled_read_keeps_its_chunks(tiny_target: Path) -> None:

@@ -432,8 +432,13 @@ class LlamaModel:
         """
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextOverflowError(self.n_past + len(tokens), self.n_ctx)
-        if self._prefill is not None and len(tokens) >= max(PREFILL_MIN, self.n_past / PREFILL_PER_CACHED):
-            return self._decode_by_prefill(self._prefill, tokens, n_logits, cancel, meanwhile, between)
+        plain = self._prefill
+        if (
+            plain is not None
+            and len(tokens) >= max(PREFILL_MIN, self.n_past / PREFILL_PER_CACHED)
+            and self._prefill_holds(plain, self.n_past + len(tokens))
+        ):
+            return self._decode_by_prefill(plain, tokens, n_logits, cancel, meanwhile, between)
         self._out_ctx = self._ctx
         if cancel is None:
             return self._decode(tokens, n_logits, None, meanwhile, between)
@@ -545,6 +550,37 @@ class LlamaModel:
     @property
     def plain_prefill(self) -> bool:
         return self._prefill is not None
+
+    def _prefill_holds(self, plain: LlamaModel, positions: int) -> bool:
+        """Whether the plain copy can hold `positions`: its context starts small (prefill.PLAIN_CONTEXT:
+        its cache is a second one beside this model's) and grows to what a read needs, doubling,
+        up to this model's. False where llama.cpp cannot make the larger one: this model reads."""
+        if positions <= plain.n_ctx:
+            return True
+        if not plain.resize_context(min(self.n_ctx, max(positions, 2 * plain.n_ctx))):
+            log.warning(
+                "no memory for a %d-token plain copy's cache: the prompt is read by the repacked model",
+                positions,
+            )
+            return False
+        self._prefill_valid = 0  # its cache is empty: this model's positions go over first
+        return True
+
+    def resize_context(self, n_ctx: int) -> bool:
+        """Replace the context with one of `n_ctx` tokens, its cache empty; False (the old one kept)
+        where llama.cpp cannot make it. For a plain prefill copy, which holds no state of its own."""
+        old = self.options
+        self.options = dataclasses.replace(old, n_ctx=n_ctx)
+        ctx = llama_cpp.llama_init_from_model(self._model, self._context_params())
+        if not ctx:
+            self.options = old
+            return False
+        llama_cpp.llama_free(self._ctx)
+        self._ctx = self._out_ctx = ctx
+        self._memory = llama_cpp.llama_get_memory(ctx)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self.n_past = 0
+        return True
 
     def _decode_by_prefill(
         self,

@@ -18,9 +18,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from localspec.engine.config import flash_attention
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
 
 MEASURE_TOKENS = 192
+# The copy's context to begin with: its cache is a second one beside the model's (0.9 GiB more for
+# the 1.5B at 32,768 tokens, measured: docs/benchmarks.md session 57), and most prompts are far
+# shorter; a longer read grows it.
+PLAIN_CONTEXT = 4096
 ROUNDS = 2
 # The plain layout must read prompts this much faster to be worth its memory (its KV cache and
 # compute buffers, and the file's pages kept in memory).
@@ -64,7 +69,16 @@ def attach_plain_prefill(
 
 
 def _plain_copy(model: LlamaModel) -> LlamaModel:
-    return LlamaModel(model.path, replace(model.options, plain_prefill=False), repack=False)
+    """The copy, its context at most PLAIN_CONTEXT to begin with (it grows where a read needs more:
+    LlamaModel._prefill_holds), with the model's attention, chosen for the model's context: a cache
+    is handed over only between contexts of one layout (engine.config.flash_attention)."""
+    options = replace(
+        model.options,
+        plain_prefill=False,
+        n_ctx=min(model.n_ctx, PLAIN_CONTEXT),
+        flash_attn=flash_attention(model.options, model.on_gpu),
+    )
+    return LlamaModel(model.path, options, repack=False)
 
 
 def _on_gpu(model: LlamaModel) -> bool:

@@ -20,7 +20,8 @@ real models: weights, "KV buffer size", "compute buffer size"):
   resident beside the copies;
 - the plain prefill copy (engine.prefill): where the target is repacked and on the CPU, a
   second load of the same file may read prompts; its weights are the same mapped pages, so
-  only its context counts: a second KV cache and its compute buffer.
+  only its context counts: a second KV cache and its compute buffer (counted at the model's
+  context: the copy's starts at 4,096 tokens and grows to the longest prompt read).
 On the host the weights are memory-mapped and the compute buffer is malloc'd, so
 what becomes resident differs from what is reserved: localspec asks for at most
 k+1 rows of logits, so the 512-row logits block is reserved but never touched.
