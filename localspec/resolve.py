@@ -122,6 +122,18 @@ def _sized(
     return replace(config, load=replace(load, n_ctx=n_ctx))
 
 
+def context_allowed(settings: Settings, config: EngineConfig) -> int | None:
+    """The context `config`'s models would be sized at on this machine where the settings hold it
+    lower (--ctx, LOCALSPEC_N_CTX or n_ctx in config.toml; an older `pick-draft --save` wrote 4,096
+    there): serve says so at its start, as an agent's system prompt and tools alone can be past it.
+    None where the settings give no context or not less."""
+    if settings.n_ctx is None or settings.rpc:
+        return None
+    unset = settings.model_copy(update={"n_ctx": None})
+    allowed = _sized(config, unset, None, None, None).load.n_ctx
+    return allowed if allowed > settings.n_ctx else None
+
+
 def serve_context(settings: Settings, target: Path, choice: Choice, device: DeviceMemory) -> int:
     """The context serve and chat load pick-draft's `choice` for `target` with on `device`: the settings'
     where they give one, else as long as the models and the memory allow (pickdraft.context)."""

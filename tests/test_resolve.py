@@ -17,7 +17,7 @@ from localspec.errors import ConfigError
 from localspec.models.catalog import load_catalog
 from localspec.pickdraft.devices import GIB, detect_memory
 from localspec.resolve import engine_config, model_serve_config, serve_config
-from localspec.server.daemon import daemon_config
+from localspec.server.daemon import DaemonConfig, daemon_config
 from localspec.settings import load_settings
 
 
@@ -201,3 +201,14 @@ def test_each_served_model_is_sized_by_the_memory_its_load_may_use(tmp_path: Pat
         assert wide == 131072 and 4096 <= narrow < wide, (pin, wide, narrow)
     given = load_settings(target=target, n_ctx=2048)
     assert model_serve_config(given, target, "none", memory=roomy)[0].load.n_ctx == 2048
+
+
+def test_a_context_given_below_what_the_model_could_hold_is_named(models: Path, tmp_path: Path) -> None:
+    target = tinymodels.write_tiny_model(tmp_path / "long.gguf", n_ctx=16384)
+
+    def config(n_ctx: int | None) -> DaemonConfig:
+        return daemon_config(load_settings(target=target, n_ctx=n_ctx), max_body_bytes=1 << 20)
+
+    assert config(None).context_allowed is None  # sized to the model: nothing to say
+    assert (config(4096).engine.load.n_ctx, config(4096).context_allowed) == (4096, 16384)
+    assert config(16384).context_allowed is None

@@ -72,3 +72,24 @@ def test_a_model_not_loaded_yet_reports_the_context_it_then_loads(daemon: Daemon
         assert after["state"] == "loaded" and after["loaded_context_length"] == trained
         running = {m["name"]: m for m in http.get("/api/ps").json()["models"]}
         assert running[f"{name}:latest"]["context_length"] == trained
+
+
+def test_a_context_the_settings_hold_lower_is_loaded_and_said(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """An older `pick-draft --save` wrote n_ctx = 4096 to config.toml: serve loads it as given, and its
+    log says what the model could hold here and how to get it."""
+    folder = tmp_path_factory.mktemp("held-models")
+    target = tinymodels.write_tiny_model(folder / "tiny-long.gguf", n_ctx=TRAINED, name="tiny-long")
+    home = tmp_path_factory.mktemp("held-home")
+    (home / "config.toml").write_text("n_ctx = 4096\n", encoding="utf-8")
+    d = start_daemon(home, target, ctx=None, env={"LOCALSPEC_MODELS": str(folder)})
+    try:
+        with d.http() as http:
+            assert http.get("/health").json()["n_ctx"] == 4096
+        said = " ".join(d.log().split())
+        asked = "context 4096 tokens, as --ctx or n_ctx in the settings ask"
+        assert f"{asked} (tiny-long.gguf could hold {TRAINED} here)" in said
+        assert "leave --ctx and n_ctx unset to size it by the model" in said
+    finally:
+        assert d.stop() == 0, d.log()

@@ -33,7 +33,7 @@ from localspec.engine.worker import Engine, ProgressFn
 from localspec.errors import ConfigError, DaemonError, LocalspecError
 from localspec.paths import Paths
 from localspec.process.pidfile import PidLock, pid_file_for
-from localspec.resolve import model_serve_config, target_path
+from localspec.resolve import context_allowed, model_serve_config, target_path
 from localspec.server.app import make_app
 from localspec.server.config import STREAM_INTERVAL_S, ApiConfig
 from localspec.server.connections import KERNEL_BACKLOG, ConnectionPolicy, guarded_protocol
@@ -65,6 +65,7 @@ class DaemonConfig:
     connections: ConnectionPolicy = field(default_factory=ConnectionPolicy)
     serve: ServeOptions = field(default_factory=ServeOptions)
     stream_interval_s: float = STREAM_INTERVAL_S
+    context_allowed: int | None = None  # what the default model could hold where the settings hold less
 
     @property
     def pid_file(self) -> Path:
@@ -121,6 +122,7 @@ def daemon_config(settings: Settings, *, max_body_bytes: int, access_log: bool =
         ),
         serve=serve,
         stream_interval_s=settings.stream_interval_ms / 1000,
+        context_allowed=context_allowed(settings, engine),
     )
 
 
@@ -277,6 +279,15 @@ def _make_engine(config: EngineConfig) -> Engine:
 def _serve(config: DaemonConfig, sockets: list[socket.socket], where: str) -> None:
     if config.pick is not None:
         log.info("%s", config.pick)
+    if config.context_allowed is not None:
+        log.warning(
+            "context %d tokens, as --ctx or n_ctx in the settings ask (%s could hold %d here): an "
+            "agent's system prompt and tools alone can be longer; leave --ctx and n_ctx unset to size "
+            "it by the model",
+            config.engine.load.n_ctx,
+            config.engine.target.name,
+            config.context_allowed,
+        )
     api = ApiConfig(
         token=config.token,
         max_body_bytes=config.max_body_bytes,
