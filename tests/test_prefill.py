@@ -108,6 +108,33 @@ def test_the_copy_s_context_starts_small_and_grows_to_what_a_read_needs(
         split.close()
 
 
+def test_a_copy_llama_cpp_cannot_grow_leaves_longer_reads_to_the_model_and_is_asked_once(
+    tiny_target: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(prefill, "PLAIN_CONTEXT", 256)
+    alone, split = LlamaModel(tiny_target, OPTIONS), with_prefill(tiny_target)
+    plain = split._prefill
+    assert plain is not None
+    asked: list[int] = []
+
+    def refuse(n_ctx: int) -> bool:  # as llama_init_from_model returning NULL (no memory)
+        asked.append(n_ctx)
+        return False
+
+    monkeypatch.setattr(plain, "resize_context", refuse)
+    try:
+        for step in (tokens(alone, 200), tokens(alone, 300), tokens(alone, 120)):
+            for model in (alone, split):
+                model.decode(step, 2)
+            assert split.n_past == alone.n_past == cached_positions(split)
+            np.testing.assert_allclose(split.logits(-1), alone.logits(-1), atol=ATOL)
+        assert asked == [512]  # 504 past 256 asked for 512, refused; 624 not asked again
+        assert split._out_ctx == split._ctx and plain.n_ctx == 256  # the model read them itself
+    finally:
+        alone.close()
+        split.close()
+
+
 def test_the_copy_has_the_model_s_attention_whatever_its_own_size(tiny_target: Path) -> None:
     # A cache goes over only between contexts of one layout (V is transposed without flash attention).
     for n_ctx, flash in ((16384, False), (1024, True)):

@@ -228,6 +228,7 @@ class LlamaModel:
         # outputs the last decode left: this one's, or the prefill copy's.
         self._prefill: LlamaModel | None = None
         self._prefill_valid = 0  # positions the prefill copy's cache holds as this one's does
+        self._prefill_refused = 0  # the copy's context llama.cpp could not make (0: none refused)
         self._out_ctx = self._ctx
         # Verify batches larger than this would not round as the target alone does (see above); with
         # repacked weights no batch size is exact, and speculation there is lossless up to rounding.
@@ -545,7 +546,7 @@ class LlamaModel:
         or more; None detaches it. This model keeps ownership of it and closes it."""
         if self._prefill is not None and self._prefill is not plain:
             self._prefill.close()
-        self._prefill, self._prefill_valid = plain, 0
+        self._prefill, self._prefill_valid, self._prefill_refused = plain, 0, 0
 
     @property
     def plain_prefill(self) -> bool:
@@ -557,10 +558,15 @@ class LlamaModel:
         up to this model's. False where llama.cpp cannot make the larger one: this model reads."""
         if positions <= plain.n_ctx:
             return True
-        if not plain.resize_context(min(self.n_ctx, max(positions, 2 * plain.n_ctx))):
+        size = min(self.n_ctx, max(positions, 2 * plain.n_ctx))
+        if self._prefill_refused and size >= self._prefill_refused:
+            return False  # asked once: each try costs a context's making
+        if not plain.resize_context(size):
+            self._prefill_refused = size
             log.warning(
-                "no memory for a %d-token plain copy's cache: the prompt is read by the repacked model",
-                positions,
+                "no memory for a %d-token plain copy's cache: the repacked model reads past %d tokens",
+                size,
+                plain.n_ctx,
             )
             return False
         self._prefill_valid = 0  # its cache is empty: this model's positions go over first
