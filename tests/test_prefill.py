@@ -9,6 +9,7 @@ or the measurement, which is cached. The Qwen target (slow) shows the same on a 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,6 +48,15 @@ def cached_positions(model: LlamaModel) -> int:
     return int(llama_cpp.llama_memory_seq_pos_max(model._memory, 0)) + 1
 
 
+def decode_both(alone: LlamaModel, split: LlamaModel, step: list[int]) -> None:
+    """`step` into the model alone and the one with the copy: the same positions, cached, and logits."""
+    for model in (alone, split):
+        model.decode(step, 2)
+    assert split.n_past == alone.n_past == cached_positions(split)
+    for i in (-2, -1):
+        np.testing.assert_allclose(split.logits(i), alone.logits(i), atol=ATOL)
+
+
 def test_a_long_prompt_read_by_the_plain_copy_continues_as_the_model_alone(tiny_target: Path) -> None:
     alone, split = LlamaModel(tiny_target, OPTIONS), with_prefill(tiny_target)
     try:
@@ -65,56 +75,53 @@ def test_a_long_prompt_read_by_the_plain_copy_continues_as_the_model_alone(tiny_
             if keep is not None:
                 for model in (alone, split):
                     model.truncate(keep)
-            more = tokens(alone, 64 + 3)[3:]
-            for model in (alone, split):
-                model.decode(more, 2)
-            assert split.n_past == alone.n_past == cached_positions(split)
-            for i in (-2, -1):
-                np.testing.assert_allclose(split.logits(i), alone.logits(i), atol=ATOL)
+            decode_both(alone, split, tokens(alone, 64 + 3)[3:])
     finally:
         alone.close()
         split.close()
 
 
-def test_the_copy_s_context_starts_small_and_grows_to_what_a_read_needs(
-    tiny_target: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Its cache is a second one beside the model's: sized for most prompts, grown (doubling, up
-    # to the model's) where a read needs more, with what the model holds handed over again.
+Models = tuple[LlamaModel, LlamaModel, LlamaModel]
+
+
+@pytest.fixture
+def small_copy(tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Models]:
+    """The model alone, and one with a plain copy whose context starts at 256 of its 1,024 tokens,
+    and that copy."""
     monkeypatch.setattr(prefill, "PLAIN_CONTEXT", 256)
     alone, split = LlamaModel(tiny_target, OPTIONS), with_prefill(tiny_target)
     plain = split._prefill
     try:
         assert plain is not None and plain.n_ctx == 256 and split.n_ctx == 1024
-        steps = [tokens(alone, 200), [], tokens(alone, 300), tokens(alone, 120), tokens(alone, 390)]
-        sizes = []
-        for step in steps:
-            if not step:  # one-token steps on the repacked model itself: the copy lacks them
-                for _ in range(4):
-                    nxt = int(np.argmax(alone.logits(-1)))
-                    for model in (alone, split):
-                        model.decode([nxt], 1)
-                continue
-            for model in (alone, split):
-                model.decode(step, 2)
-            assert split.n_past == alone.n_past == cached_positions(split)
-            for i in (-2, -1):
-                np.testing.assert_allclose(split.logits(i), alone.logits(i), atol=ATOL)
-            sizes.append(plain.n_ctx)
-        assert sizes == [256, 512, 1024, 1024]  # 204 fit; 504 past 256; 624 past 512; 1014
-        assert split._out_ctx == plain._ctx  # the last read's logits: the grown copy's
+        yield alone, split, plain
     finally:
         alone.close()
         split.close()
 
 
+def test_the_copy_s_context_starts_small_and_grows_to_what_a_read_needs(small_copy: Models) -> None:
+    # Its cache is a second one beside the model's: sized for most prompts, grown (doubling, up
+    # to the model's) where a read needs more, with what the model holds handed over again.
+    alone, split, plain = small_copy
+    steps = [tokens(alone, 200), [], tokens(alone, 300), tokens(alone, 120), tokens(alone, 390)]
+    sizes = []
+    for step in steps:
+        if not step:  # one-token steps on the repacked model itself: the copy lacks them
+            for _ in range(4):
+                nxt = int(np.argmax(alone.logits(-1)))
+                for model in (alone, split):
+                    model.decode([nxt], 1)
+            continue
+        decode_both(alone, split, step)
+        sizes.append(plain.n_ctx)
+    assert sizes == [256, 512, 1024, 1024]  # 204 fit; 504 past 256; 624 past 512; 1014
+    assert split._out_ctx == plain._ctx  # the last read's logits: the grown copy's
+
+
 def test_a_copy_llama_cpp_cannot_grow_leaves_longer_reads_to_the_model_and_is_asked_once(
-    tiny_target: Path, monkeypatch: pytest.MonkeyPatch
+    small_copy: Models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(prefill, "PLAIN_CONTEXT", 256)
-    alone, split = LlamaModel(tiny_target, OPTIONS), with_prefill(tiny_target)
-    plain = split._prefill
-    assert plain is not None
+    alone, split, plain = small_copy
     asked: list[int] = []
 
     def refuse(n_ctx: int) -> bool:  # as llama_init_from_model returning NULL (no memory)
@@ -122,17 +129,10 @@ def test_a_copy_llama_cpp_cannot_grow_leaves_longer_reads_to_the_model_and_is_as
         return False
 
     monkeypatch.setattr(plain, "resize_context", refuse)
-    try:
-        for step in (tokens(alone, 200), tokens(alone, 300), tokens(alone, 120)):
-            for model in (alone, split):
-                model.decode(step, 2)
-            assert split.n_past == alone.n_past == cached_positions(split)
-            np.testing.assert_allclose(split.logits(-1), alone.logits(-1), atol=ATOL)
-        assert asked == [512]  # 504 past 256 asked for 512, refused; 624 not asked again
-        assert split._out_ctx == split._ctx and plain.n_ctx == 256  # the model read them itself
-    finally:
-        alone.close()
-        split.close()
+    for step in (tokens(alone, 200), tokens(alone, 300), tokens(alone, 120)):
+        decode_both(alone, split, step)
+    assert asked == [512]  # 504 past 256 asked for 512, refused; 624 not asked again
+    assert split._out_ctx == split._ctx and plain.n_ctx == 256  # the model read them itself
 
 
 def test_the_copy_has_the_model_s_attention_whatever_its_own_size(tiny_target: Path) -> None:
