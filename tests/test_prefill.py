@@ -135,6 +135,19 @@ def test_a_copy_llama_cpp_cannot_grow_leaves_longer_reads_to_the_model_and_is_as
     assert split._out_ctx == split._ctx and plain.n_ctx == 256  # the model read them itself
 
 
+def test_a_context_llama_cpp_cannot_make_leaves_the_old_one(
+    small_copy: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone, split, plain = small_copy
+    decode_both(alone, split, tokens(alone, 200))
+    monkeypatch.setattr(llama_cpp, "llama_init_from_model", lambda model, params: None)  # no memory
+    assert not plain.resize_context(512)
+    assert plain.n_ctx == plain.options.n_ctx == 256 and plain.n_past == 200  # kept, cache and all
+    monkeypatch.undo()
+    decode_both(alone, split, tokens(alone, 40))  # fits: the copy reads on from what it holds
+    assert split._out_ctx == plain._ctx
+
+
 def test_the_copy_has_the_model_s_attention_whatever_its_own_size(tiny_target: Path) -> None:
     # A cache goes over only between contexts of one layout (V is transposed without flash attention).
     for n_ctx, flash in ((16384, False), (1024, True)):

@@ -577,8 +577,9 @@ class LlamaModel:
         where llama.cpp cannot make it. For a plain prefill copy, which holds no state of its own."""
         old = self.options
         self.options = dataclasses.replace(old, n_ctx=n_ctx)
-        ctx = llama_cpp.llama_init_from_model(self._model, self._context_params())
-        if not ctx:
+        try:
+            ctx = self._new_context()
+        except LocalspecError:
             self.options = old
             return False
         llama_cpp.llama_free(self._ctx)
