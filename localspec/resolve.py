@@ -251,13 +251,12 @@ def prompt_cache_bytes(settings: Settings) -> int:
     """Memory a loaded model may keep saved conversations' caches in: the setting, or
     promptcache.default_limit of this machine's memory; none by default for a target on RPC
     workers, whose cache each save and load would carry over the network."""
-    import psutil
-
     from localspec.engine.promptcache import default_limit
     from localspec.pickdraft.devices import parse_size
+    from localspec.process.memory import ram
 
     if settings.prompt_cache is not None:
         return parse_size(settings.prompt_cache)
     if settings.rpc:
         return 0
-    return default_limit(int(psutil.virtual_memory().total))
+    return default_limit(ram().total)

@@ -212,10 +212,11 @@ def state_bytes(model: LlamaModel, draft: ModelDrafter | None) -> int:
 
 
 def room_for(size: int) -> bool:
-    """Whether `size` more bytes in memory leave RESERVE_BYTES available on the machine."""
-    import psutil
+    """Whether `size` more bytes in memory leave RESERVE_BYTES available on the machine (within
+    this process's cgroup limit)."""
+    from localspec.process.memory import ram
 
-    return int(psutil.virtual_memory().available) - size >= RESERVE_BYTES
+    return ram().available - size >= RESERVE_BYTES
 
 
 # How many of a prompt's tokens after what it shares with the live cache must appear further on in

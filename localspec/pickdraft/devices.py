@@ -81,11 +81,14 @@ def parse_size(text: str) -> int:
 
 
 def detect_memory(vram: int | None = None, ram: int | None = None) -> DeviceMemory:
-    """Probe this machine, then apply the overrides (`vram` 0 plans for CPU only)."""
-    import psutil
+    """Probe this machine, then apply the overrides (`vram` 0 plans for CPU only). RAM is the
+    machine's within this process's cgroup memory limit (a container's), where one is set."""
+    from localspec.process.memory import ram as probe_ram
 
-    vm = psutil.virtual_memory()
-    found = _probe_gpu(int(vm.total), int(vm.available))
+    machine = probe_ram()
+    found = _probe_gpu(machine.total, machine.available)
+    if machine.limit is not None:
+        found = replace(found, source=_with(found.source, f"cgroup limit {machine.limit / GIB:.1f} GiB"))
     return with_overrides(found, vram=vram, ram=ram)
 
 

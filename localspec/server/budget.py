@@ -11,13 +11,13 @@ optionally caps the sum.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from localspec.engine.config import EngineConfig
 from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, detect_memory
 from localspec.pickdraft.memplan import PLAN_K, MemoryPlanError, ModelShape, budgets, draft_shape, plan_memory
+from localspec.process.memory import mapped_file_bytes
 
 
 @dataclass(frozen=True)
@@ -116,26 +116,10 @@ class Room:
 
 
 def live_memory() -> DeviceMemory:
-    """This machine's memory now, less the model files this process maps.
-
-    llama.cpp maps weights from their files; the kernel counts those pages as available
-    (they could be dropped and read again), yet they are in use by the loaded models,
-    whose footprints are counted in full beside the free memory.
-    """
+    """This machine's memory now, less the model files this process maps: the loaded models'
+    footprints are counted in full beside the free memory (process.memory.mapped_file_bytes)."""
     device = detect_memory()
-    return replace(device, ram_available=max(0, device.ram_available - _mapped_file_bytes()))
-
-
-def _mapped_file_bytes() -> int:
-    """This process's resident file-backed pages (RssFile; Linux only, 0 elsewhere)."""
-    try:
-        with open(f"/proc/{os.getpid()}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("RssFile:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return replace(device, ram_available=max(0, device.ram_available - mapped_file_bytes()))
 
 
 def footprint(config: EngineConfig, device: DeviceMemory) -> Footprint:
