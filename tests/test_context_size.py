@@ -40,7 +40,7 @@ def test_a_roomy_machine_loads_the_training_context() -> None:
 def test_a_draft_trained_for_less_does_not_bound_the_targets_context() -> None:
     assert auto_context(TARGET_7B, trained(DRAFT_05B, 16384), cpu_only(64 * GIB)) == 32768
     # It is the draft's cache at the target's context that is counted.
-    device = cpu_only(26 * GIB)
+    device = cpu_only(18 * GIB)
     assert auto_context(TARGET_7B, DRAFT_05B, device) == 8192 < auto_context(TARGET_7B, None, device)
 
 

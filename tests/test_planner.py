@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_gguf_info import shared_cache
 
-from localspec.engine.config import LONG_CONTEXT, LoadOptions
+from localspec.engine.config import LONG_CONTEXT, PLAIN_CONTEXT, LoadOptions
 from localspec.models.gguf_info import read_gguf_info
 from localspec.pickdraft.devices import GIB, MIB, DeviceMemory, apple, cpu_only, nvidia
 from localspec.pickdraft.memplan import (
@@ -98,7 +98,8 @@ def test_cpu_only_puts_everything_on_the_host() -> None:
 def test_long_contexts_on_the_cpu_count_plain_attentions_scores() -> None:
     """Fast loading reads long contexts without flash attention on the CPU (engine.config.
     flash_attention): each context that reads prompts, the target's, its plain prefill copy's and
-    the draft's, touches (heads + 1) score rows of the whole context per token of a micro-batch."""
+    the draft's, touches (heads + 1) score rows of its context per token of a micro-batch (the
+    copy's context: the 4,096 tokens it loads with)."""
     n_ctx = 16384
 
     def host(device: DeviceMemory | None = None, **kw: bool) -> int:
@@ -106,7 +107,8 @@ def test_long_contexts_on_the_cpu_count_plain_attentions_scores() -> None:
         return plan_memory(TARGET_7B, DRAFT_05B, device, n_ctx=n_ctx, **kw).host_bytes  # type: ignore[arg-type]
 
     plain = host()
-    scores = [s.plain_attention_resident(n_ctx) for s in (TARGET_7B, TARGET_7B, DRAFT_05B)]
+    contexts = ((TARGET_7B, n_ctx), (TARGET_7B, PLAIN_CONTEXT), (DRAFT_05B, n_ctx))
+    scores = [s.plain_attention_resident(n) for s, n in contexts]
     touched = [s.compute_resident(n) for s, n in ((TARGET_7B, 9), (TARGET_7B, 1), (DRAFT_05B, 9))]
     assert plain - host(flash_attn=True) == sum(scores) - sum(touched) > 1 * GIB
     assert host(flash_attn=False) == plain
@@ -115,6 +117,31 @@ def test_long_contexts_on_the_cpu_count_plain_attentions_scores() -> None:
     # Layers on a GPU keep llama.cpp's choice (flash attention on): no score block on the host.
     gpu = nvidia(80 * GIB, 64 * GIB)
     assert host(gpu) == host(gpu, flash_attn=True)
+
+
+def test_the_plain_copy_is_counted_at_the_context_it_loads_with() -> None:
+    """The copy loads with PLAIN_CONTEXT tokens and grows for a longer prompt only where the memory
+    is there then (engine.llama): counted at the model's whole context, it took half a small
+    machine's context for a cache most prompts never fill."""
+    device = cpu_only(64 * GIB)
+    for n_ctx in (2048, 32768):
+        with_copy = plan_memory(TARGET_7B, DRAFT_05B, device, n_ctx=n_ctx)
+        alone = plan_memory(TARGET_7B, DRAFT_05B, device, n_ctx=n_ctx, plain_prefill=False)
+        n = min(n_ctx, PLAIN_CONTEXT)
+        # At 32,768 the model reads without flash attention on the CPU, and the copy in its layout.
+        plain = n_ctx >= LONG_CONTEXT
+        scores = TARGET_7B.plain_attention_resident(n) if plain else TARGET_7B.compute_resident(1)
+        kv = TARGET_7B.n_layers * TARGET_7B.kv_bytes_per_layer(n, "f16")
+        assert with_copy.host_bytes - alone.host_bytes == kv + scores
+    # The largest context a plan reports counts the copy too (it left it out), at its own size.
+    small = cpu_only(8 * GIB)
+    with_copy = plan_memory(TARGET_7B, DRAFT_05B, small, n_ctx=4096)
+    alone = plan_memory(TARGET_7B, DRAFT_05B, small, n_ctx=4096, plain_prefill=False)
+    assert 4096 < with_copy.max_n_ctx < alone.max_n_ctx
+    widest = plan_memory(TARGET_7B, DRAFT_05B, small, n_ctx=with_copy.max_n_ctx)
+    assert_within_budget(widest)
+    with pytest.raises(MemoryPlanError):
+        plan_memory(TARGET_7B, DRAFT_05B, small, n_ctx=with_copy.max_n_ctx + 256)
 
 
 def plain_attention_grows_from(shape: ModelShape) -> int:

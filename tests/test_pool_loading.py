@@ -22,6 +22,7 @@ import pytest
 import tinymodels
 import uvicorn
 
+from localspec.engine import prefill
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.worker import Engine
 from localspec.paths import Paths
@@ -331,3 +332,24 @@ def test_max_resident_below_the_daemons_own_model_is_refused_at_start_with_the_n
 ) -> None:
     with pytest.raises(MemoryPlanError, match=r"alpha needs .* MiB .*\(max_resident\)"):
         serve(Gates(), max_resident=model_bytes(folder / "alpha.gguf") // 2)
+
+
+def test_a_plain_copy_grown_for_a_long_prompt_counts_in_ps_and_in_the_next_loads_plan(
+    serve: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan counts the plain prefill copy at the context it loads with; what it grows by to read
+    a longer prompt is held memory too: /api/ps reports it and the next load plans without it."""
+    monkeypatch.setattr(prefill, "PLAIN_CONTEXT", 256)  # of the 512 served
+    monkeypatch.setenv("LOCALSPEC_PLAIN_PREFILL", "true")
+    server = serve(Gates())
+    with server.http() as http:
+        assert chat(http, "beta").status_code == 200
+        before = ps(http)["beta"]["size"]
+        res = server.served.pool.resident["beta"]
+        assert res.engine.info.plain_prefill and res.footprint == res.loadout.footprint
+        long = [{"role": "user", "content": "the quick brown fox jumps over the lazy dog " * 10}]
+        assert chat(http, "beta", messages=long).status_code == 200  # some 300 tokens: past 256
+        grown = res.engine.info.prefill_grown_bytes
+        assert grown > 0 and ps(http)["beta"]["size"] == before + grown
+        planned = sum(r.loadout.footprint.host for r in server.served.pool.resident.values())
+        assert server.served.pool.used().host == planned + grown

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 from cancelpoints import SetWhen
 
-from localspec.engine import prefill
+from localspec.engine import llama, prefill
 from localspec.engine.config import EngineConfig, LoadOptions
 from localspec.engine.llama import PREFILL_MIN, LlamaModel, ReadPaused
 from localspec.engine.prefill import attach_plain_prefill
 from localspec.engine.worker import Engine
 from localspec.errors import RequestCancelledError
+from localspec.pickdraft.memplan import ModelShape
 from localspec.types import GenerationRequest, SamplingParams
 
 pytestmark = pytest.mark.timeout(180)
@@ -104,7 +105,7 @@ def test_the_copy_s_context_starts_small_and_grows_to_what_a_read_needs(small_co
     # to the model's) where a read needs more, with what the model holds handed over again.
     alone, split, plain = small_copy
     steps = [tokens(alone, 200), [], tokens(alone, 300), tokens(alone, 120), tokens(alone, 390)]
-    sizes = []
+    sizes, grown = [], []
     for step in steps:
         if not step:  # one-token steps on the repacked model itself: the copy lacks them
             for _ in range(4):
@@ -114,8 +115,50 @@ def test_the_copy_s_context_starts_small_and_grows_to_what_a_read_needs(small_co
             continue
         decode_both(alone, split, step)
         sizes.append(plain.n_ctx)
+        grown.append(split.prefill_grown_bytes)
     assert sizes == [256, 512, 1024, 1024]  # 204 fit; 504 past 256; 624 past 512; 1014
     assert split._out_ctx == plain._ctx  # the last read's logits: the grown copy's
+    # What it grew by past the plan's count (the copy as attached), for the daemon's memory count.
+    assert grown == [0, *(plain.context_bytes(n) - plain.context_bytes(256) for n in (512, 1024, 1024))]
+    assert 0 < grown[1] < grown[2]
+
+
+def test_a_copy_grows_only_where_the_machine_has_room_and_asks_again_at_each_longer_read(
+    small_copy: Models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The plan counts the copy as it loads; a growth must not take the memory the models need.
+    alone, split, plain = small_copy
+    asked: list[int] = []
+    room = [False]
+
+    def room_for(size: int) -> bool:  # the machine's free memory: the one thing a test cannot set
+        asked.append(size)
+        return room[0]
+
+    monkeypatch.setattr(llama, "room_for", room_for)
+    for step in (tokens(alone, 200), tokens(alone, 300), tokens(alone, 120)):
+        decode_both(alone, split, step)
+    # 504 past 256 wanted 512 (the whole new context: made while the old one is still there); 624
+    # asked again, not remembered as refused: memory frees up.
+    assert asked == [plain.context_bytes(512), plain.context_bytes(624)]
+    assert split._out_ctx == split._ctx and plain.n_ctx == 256 and split.prefill_grown_bytes == 0
+    room[0] = True
+    decode_both(alone, split, tokens(alone, 300))  # 924 past 256 grows to 1,024 now
+    assert plain.n_ctx == 1024 and split._out_ctx == plain._ctx and asked[-1] == plain.context_bytes(1024)
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_a_context_s_bytes_are_the_memory_plan_s(tiny_target: Path, flash: bool) -> None:
+    # The engine sizes a growth from llama.cpp's model, the plan from the file's header: one count.
+    shape = ModelShape.from_file(tiny_target, None)
+    model = LlamaModel(tiny_target, LoadOptions(n_ctx=512, n_threads=1, flash_attn=flash))
+    try:
+        for n_ctx in (256, 1000, 4096):
+            scores = 0 if flash else shape.plain_attention_resident(n_ctx) - shape.plain_attention_resident(0)
+            kv = shape.n_layers * shape.kv_bytes_per_layer(n_ctx, "f16")
+            assert model.context_bytes(n_ctx) == kv + scores
+    finally:
+        model.close()
 
 
 def test_a_copy_llama_cpp_cannot_grow_leaves_longer_reads_to_the_model_and_is_asked_once(

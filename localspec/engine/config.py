@@ -118,6 +118,22 @@ EXACT_POSITIONS = 256
 EXACT_VERIFY_BATCH_GPU = 1
 
 
+# What a context takes beside the weights, for those that size one (pickdraft.memplan, and a plain
+# prefill copy's growth: engine.llama). Bytes per element of each KV cache type: ggml blocks of 32
+# values (q8_0: 32 bytes plus an f16 scale; q4_0: 16 bytes plus the scale).
+KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+N_UBATCH = 512
+CTX_STEP = 256  # llama.cpp pads a context to a multiple of this
+# A plain prefill copy's context to begin with (engine.prefill): its cache is a second one beside
+# the model's (0.9 GiB more for the 1.5B at 32,768 tokens, measured: docs/benchmarks.md session 57),
+# and most prompts are far shorter; a longer read grows it where the memory is there.
+PLAIN_CONTEXT = 4096
+
+
+def padded_ctx(n_ctx: int) -> int:
+    return -(-n_ctx // CTX_STEP) * CTX_STEP
+
+
 # Contexts this large are for long prompts: fast loading reads and decodes them without flash
 # attention on the CPU (flash_attention).
 LONG_CONTEXT = 8192

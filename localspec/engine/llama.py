@@ -28,9 +28,11 @@ from localspec.engine.config import (
     EXACT_POSITIONS,
     EXACT_VERIFY_BATCH,
     EXACT_VERIFY_BATCH_GPU,
+    KV_BYTES_PER_ELEMENT,
     LoadOptions,
     default_threads,
     flash_attention,
+    padded_ctx,
     threads_warning,
 )
 from localspec.errors import (
@@ -40,6 +42,7 @@ from localspec.errors import (
     RequestCancelledError,
     UnsupportedModelError,
 )
+from localspec.process.memory import room_for
 
 KV_TYPES = {
     "f16": llama_cpp.GGML_TYPE_F16,
@@ -229,6 +232,8 @@ class LlamaModel:
         self._prefill: LlamaModel | None = None
         self._prefill_valid = 0  # positions the prefill copy's cache holds as this one's does
         self._prefill_refused = 0  # the copy's context llama.cpp could not make (0: none refused)
+        self._prefill_loaded_ctx = 0  # the copy's context as it was attached
+        self._prefill_short = False  # whether a growth the memory had no room for was logged
         self._out_ctx = self._ctx
         # Verify batches larger than this would not round as the target alone does (see above); with
         # repacked weights no batch size is exact, and speculation there is lossless up to rounding.
@@ -547,10 +552,42 @@ class LlamaModel:
         if self._prefill is not None and self._prefill is not plain:
             self._prefill.close()
         self._prefill, self._prefill_valid, self._prefill_refused = plain, 0, 0
+        self._prefill_loaded_ctx = plain.n_ctx if plain is not None else 0
 
     @property
     def plain_prefill(self) -> bool:
         return self._prefill is not None
+
+    @property
+    def prefill_grown_bytes(self) -> int:
+        """What the plain copy's context took past the one it was attached with (0 without one):
+        the memory plan counts the copy as it loads (pickdraft.memplan.prefill_copy_bytes)."""
+        plain = self._prefill
+        if plain is None:
+            return 0
+        return plain.context_bytes(plain.n_ctx) - plain.context_bytes(self._prefill_loaded_ctx)
+
+    def context_bytes(self, n_ctx: int) -> int:
+        """What a context of `n_ctx` tokens takes, as far as it grows with the context: its KV cache
+        and, without flash attention, the attention scores a prompt read touches (a micro-batch's
+        rows by the context, for each head and the mask). pickdraft.memplan counts the same from
+        the file's header; a test holds the two equal."""
+        n = padded_ctx(n_ctx)
+        kv = n * self.n_layers * self._kv_width * KV_BYTES_PER_ELEMENT[self.options.kv_type]
+        if flash_attention(self.options, self.on_gpu):
+            return int(kv)
+        heads = int(llama_cpp.llama_model_n_head(self._model))
+        return int(kv + self.options.n_batch * 4 * (heads + 1) * n)
+
+    @functools.cached_property
+    def _kv_width(self) -> int:
+        """Values a KV cache holds per position and layer: the KV heads' key and value lengths."""
+        heads = int(llama_cpp.llama_model_n_head(self._model))
+        default = int(llama_cpp.llama_model_n_embd(self._model)) // max(1, heads)
+        arch = self.meta("general.architecture") or ""
+        lengths = [self.meta(f"{arch}.attention.{part}_length") for part in ("key", "value")]
+        key, value = (int(x) if x and x.isdigit() else default for x in lengths)
+        return int(llama_cpp.llama_model_n_head_kv(self._model)) * (key + value)
 
     def _prefill_holds(self, plain: LlamaModel, positions: int) -> bool:
         """Whether the plain copy can hold `positions`: its context starts small (prefill.PLAIN_CONTEXT:
@@ -561,6 +598,8 @@ class LlamaModel:
         size = min(self.n_ctx, max(positions, 2 * plain.n_ctx))
         if self._prefill_refused and size >= self._prefill_refused:
             return False  # asked once: each try costs a context's making
+        if not self._room_to_grow(plain, size):
+            return False
         if not plain.resize_context(size):
             self._prefill_refused = size
             log.warning(
@@ -571,6 +610,25 @@ class LlamaModel:
             return False
         self._prefill_valid = 0  # its cache is empty: this model's positions go over first
         return True
+
+    def _room_to_grow(self, plain: LlamaModel, size: int) -> bool:
+        """Whether the machine has room now for the copy's context at `size` tokens, made while the
+        old one is still there: the plan counted the copy as it loaded, and the memory its growth
+        takes must not be the models' or the machine's (asked again at each longer read: memory
+        frees up)."""
+        need = plain.context_bytes(size)
+        if room_for(need):
+            return True
+        if not self._prefill_short:
+            self._prefill_short = True
+            log.warning(
+                "no room for a %d-token plain copy's cache (%.1f MiB): the repacked model reads past %d"
+                " tokens (more slowly) while the memory is short",
+                size,
+                need / (1 << 20),
+                plain.n_ctx,
+            )
+        return False
 
     def resize_context(self, n_ctx: int) -> bool:
         """Replace the context with one of `n_ctx` tokens, its cache empty; False (the old one kept)

@@ -18,14 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from localspec.engine.config import flash_attention
+from localspec.engine.config import PLAIN_CONTEXT, flash_attention
 from localspec.engine.llama import LlamaModel, gpu_offload_supported
 
 MEASURE_TOKENS = 192
-# The copy's context to begin with: its cache is a second one beside the model's (0.9 GiB more for
-# the 1.5B at 32,768 tokens, measured: docs/benchmarks.md session 57), and most prompts are far
-# shorter; a longer read grows it.
-PLAIN_CONTEXT = 4096
 ROUNDS = 2
 # The plain layout must read prompts this much faster to be worth its memory (its KV cache and
 # compute buffers, and the file's pages kept in memory).

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from localspec.engine.drafters.base import common_prefix
 from localspec.errors import LocalspecError
+from localspec.process.memory import room_for
 
 if TYPE_CHECKING:
     from localspec.engine.drafters.model import ModelDrafter
@@ -40,9 +41,6 @@ MIN_SAVED_TOKENS = 256
 # A saved cache replaces the live one only where it holds this many more of the prompt's tokens:
 # loading copies its whole state back (milliseconds) where a few tokens read cost as much.
 MIN_GAIN_TOKENS = 64
-# A cache is saved only where the machine keeps this much memory available besides it: the saved
-# caches must never be what pushes the daemon, or a model it loads next, into swap.
-RESERVE_BYTES = 1 << 30
 GIB = 1 << 30
 
 
@@ -209,14 +207,6 @@ def draft_holding(draft: ModelDrafter | None, live: Sequence[int]) -> ModelDraft
 def state_bytes(model: LlamaModel, draft: ModelDrafter | None) -> int:
     """What saving `model`'s cache, and `draft`'s, would copy."""
     return model.state_size() + (draft.model.state_size() if draft is not None else 0)
-
-
-def room_for(size: int) -> bool:
-    """Whether `size` more bytes in memory leave RESERVE_BYTES available on the machine (within
-    this process's cgroup limit)."""
-    from localspec.process.memory import ram
-
-    return ram().available - size >= RESERVE_BYTES
 
 
 # How many of a prompt's tokens after what it shares with the live cache must appear further on in

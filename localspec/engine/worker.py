@@ -32,7 +32,7 @@ from localspec.engine.interleave import Turns, is_short, take_first, waiting
 from localspec.engine.llama import LlamaModel, check_gguf_file, gpu_offload_supported
 from localspec.engine.methods import Methods
 from localspec.engine.prefill import attach_plain_prefill
-from localspec.engine.promptcache import PromptCache, Saved, draft_holding, room_for, state_bytes
+from localspec.engine.promptcache import PromptCache, Saved, draft_holding, state_bytes
 from localspec.engine.prompting import (
     chat_template,
     checked_ids,
@@ -47,6 +47,7 @@ from localspec.engine.speculative import Generation
 from localspec.engine.templating import ChatTemplate, TemplateRenderer
 from localspec.engine.tooluse import ToolCallFilter, request_tool_format
 from localspec.errors import ContextOverflowError, LocalspecError, OverloadedError
+from localspec.process.memory import room_for
 from localspec.types import (
     GenerationRequest,
     GenerationResult,
@@ -74,6 +75,8 @@ class EngineInfo:
     # Saved conversations' caches (engine.promptcache): how many, and the bytes they take.
     saved_prompts: int = 0
     saved_prompt_bytes: int = 0
+    # What the plain prefill copy's context grew by past the memory plan's count (read longer prompts).
+    prefill_grown_bytes: int = 0
     draft_error: str | None = None
     error: str | None = None
 
@@ -409,6 +412,9 @@ class Engine:
             job.put(result)
             # What it left in the n-gram memory is indexed now, after its reply, not by the next one.
             self._ngram_memory.index()
+        finally:
+            if self._target is not None:
+                self.info.prefill_grown_bytes = self._target.prefill_grown_bytes
 
     def _turn_due(self, task: _Task) -> bool:
         """Whether `task`, running, hands the model over now: a short request waits and `task` has

@@ -3,7 +3,8 @@
 Probes, most specific first: NVIDIA through NVML (the `nvidia-ml-py` package,
 imported only here) or, without it, `nvidia-smi`; Apple Silicon through
 `sysctl` (unified memory, of which Metal lets one process wire only its
-"recommended working set"); RAM through psutil. `--vram SIZE` and `--ram SIZE`
+"recommended working set"); RAM through psutil, within this process's cgroup memory
+limit (process.memory: a container's). `--vram SIZE` and `--ram SIZE`
 replace what the probes found, to plan for another machine (and in tests, the one
 place where fake figures are right: no GPU can be conjured here).
 """

@@ -20,8 +20,9 @@ real models: weights, "KV buffer size", "compute buffer size"):
   resident beside the copies;
 - the plain prefill copy (engine.prefill): where the target is repacked and on the CPU, a
   second load of the same file may read prompts; its weights are the same mapped pages, so
-  only its context counts: a second KV cache and its compute buffer (counted at the model's
-  context: the copy's starts at 4,096 tokens and grows to the longest prompt read).
+  only its context counts: a second KV cache and its compute buffer, at the 4,096 tokens it
+  loads with (it grows for a longer prompt where the memory is there then, and the daemon
+  counts the growth: a plan at the model's whole context cost small machines half their context).
 On the host the weights are memory-mapped and the compute buffer is malloc'd, so
 what becomes resident differs from what is reserved: localspec asks for at most
 k+1 rows of logits, so the 512-row logits block is reserved but never touched.
@@ -37,16 +38,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from localspec.engine.config import LoadOptions, flash_attention
+from localspec.engine.config import (
+    CTX_STEP,
+    KV_BYTES_PER_ELEMENT,
+    N_UBATCH,
+    PLAIN_CONTEXT,
+    LoadOptions,
+    flash_attention,
+    padded_ctx,
+)
 from localspec.errors import UserInputError
 from localspec.models.gguf_info import GGUFInfo
 from localspec.pickdraft.devices import GIB, MIB, DeviceMemory
+from localspec.process.memory import HOST_RESERVE
 
-# Bytes per element of each KV cache type: ggml blocks of 32 values (q8_0: 32 bytes
-# plus an f16 scale; q4_0: 16 bytes plus the scale).
-KV_BYTES_PER_ELEMENT = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
-N_UBATCH = 512
-CTX_STEP = 256
 # Hidden rows beside the attention scores in the compute buffer without flash attention (fitted to
 # llama.cpp's reservations on the Qwen2.5 1.5B and 0.5B, rounded up).
 PLAIN_ATTENTION_ROWS = 6
@@ -59,7 +64,6 @@ REPACKED_TYPES = frozenset({"Q4_0", "Q4_K", "IQ4_NL"})
 # Left free: a CUDA context takes about this much outside what NVML reported free,
 # and the OS and this process need room beside the models.
 GPU_RESERVE = 512 * MIB
-HOST_RESERVE = 1 * GIB
 # The planner's per-step drafts when the config leaves k to the method (auto may draft up to 15).
 PLAN_K = 8
 
@@ -175,10 +179,6 @@ def draft_shape(path: Path | None, cache_dir: Path | None = None) -> ModelShape 
         return None
 
 
-def padded_ctx(n_ctx: int) -> int:
-    return -(-n_ctx // CTX_STEP) * CTX_STEP
-
-
 @dataclass(frozen=True)
 class Placement:
     """One model's share of the plan. gpu_layers counts blocks; `all_on_gpu` adds the head."""
@@ -287,7 +287,7 @@ def place(shape: ModelShape, gpu_layers: int, all_on_gpu: bool, load: LoadSpec) 
     # context: as much as the logits' rows, or (from ~8,000 positions for these models) more.
     attention = 0 if load.flash_attention(gpu_layers > 0) else shape.plain_attention_resident(load.n_ctx)
     if load.prefill_copy and load.repack and gpu_layers == 0:
-        host += n * kv_layer + max(shape.compute_resident(1), attention)
+        host += prefill_copy_bytes(shape, load)
     if gpu_layers:
         # The logits block of the compute buffer sits where the head runs.
         gpu += shape.compute_reserved() if all_on_gpu else N_UBATCH * 4 * 2 * shape.n_embd
@@ -307,6 +307,18 @@ def place(shape: ModelShape, gpu_layers: int, all_on_gpu: bool, load: LoadSpec) 
         weights_bytes=shape.weight_bytes,
         kv_bytes=n * kv_layer,
     )
+
+
+def prefill_copy_bytes(shape: ModelShape, load: LoadSpec) -> int:
+    """What a plain prefill copy takes as it loads, at PLAIN_CONTEXT tokens or the model's context
+    if smaller: its KV cache and compute buffer, in the model's attention layout. It grows to read
+    longer prompts only where the memory is there then (engine.llama), and the daemon counts what
+    it grew by (EngineInfo.prefill_grown_bytes)."""
+    n_ctx = min(load.n_ctx, PLAIN_CONTEXT)
+    plain = not load.flash_attention(False)
+    attention = shape.plain_attention_resident(n_ctx) if plain else 0
+    kv = shape.n_layers * shape.kv_bytes_per_layer(n_ctx, load.kv_type)
+    return kv + max(shape.compute_resident(1), attention)
 
 
 def plan_memory(
@@ -338,7 +350,8 @@ def plan_memory(
     draft_place = _place_draft(draft, gpu_budget, load)
     gpu_left = gpu_budget - (draft_place.gpu_bytes if draft_place else 0)
     prefill = repack if plain_prefill is None else plain_prefill
-    target_place = _place_target(target, gpu_left, replace(load, prefill_copy=prefill))
+    target_load = replace(load, prefill_copy=prefill)
+    target_place = _place_target(target, gpu_left, target_load)
     host = target_place.host_bytes + (draft_place.host_bytes if draft_place else 0)
     gpu = target_place.gpu_bytes + (draft_place.gpu_bytes if draft_place else 0)
     # Unified memory: the GPU's share is the same RAM, so both parts must fit it together.
@@ -346,7 +359,7 @@ def plan_memory(
     if host_need > host_budget:
         raise _too_big(target, draft, device, n_ctx, host_need, 0 if device.unified else gpu, host_budget)
     plan = MemoryPlan(n_ctx, n_ctx, kv_type, target_place, draft_place, device, gpu_budget, host_budget)
-    return replace(plan, max_n_ctx=_max_ctx(plan, target, draft, load))
+    return replace(plan, max_n_ctx=_max_ctx(plan, target, draft, target_load))
 
 
 def _too_big(
@@ -413,12 +426,13 @@ def _max_ctx(plan: MemoryPlan, target: ModelShape, draft: ModelShape | None, loa
 def _fits_same_placement(
     plan: MemoryPlan, target: ModelShape, draft: ModelShape | None, load: LoadSpec
 ) -> bool:
-    parts: Sequence[tuple[ModelShape, Placement]] = [(target, plan.target)]
+    # The target's load, with its plain prefill copy where it may have one; the draft never has one.
+    parts: Sequence[tuple[ModelShape, Placement, LoadSpec]] = [(target, plan.target, load)]
     if draft is not None and plan.draft is not None:
-        parts = [*parts, (draft, plan.draft)]
+        parts = [*parts, (draft, plan.draft, replace(load, prefill_copy=False))]
     gpu = host = 0
-    for shape, p in parts:
-        again = place(shape, p.gpu_layers, p.all_on_gpu, load)
+    for shape, p, spec in parts:
+        again = place(shape, p.gpu_layers, p.all_on_gpu, spec)
         gpu, host = gpu + again.gpu_bytes, host + again.host_bytes
     if plan.device.unified:
         host += gpu

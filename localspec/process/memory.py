@@ -19,6 +19,9 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SELF_CGROUP = Path("/proc/self/cgroup")
+# Left available on the host beside the models, their saved caches and growing contexts: the OS, the
+# person's other programs and this process need room, and none of these may push the machine to swap.
+HOST_RESERVE = 1 << 30
 # cgroup v1 writes "no limit" as the largest page-aligned 63-bit number.
 V1_UNLIMITED = 1 << 62
 # Reads one cgroup folder: (limit, held), or None where it sets no limit.
@@ -41,6 +44,12 @@ def ram() -> Ram:
 
     vm = psutil.virtual_memory()
     return within_limit(Ram(int(vm.total), int(vm.available)), cgroup_headroom())
+
+
+def room_for(size: int) -> bool:
+    """Whether `size` more bytes leave HOST_RESERVE available (within the cgroup limit), the model
+    files this process maps counted as in use."""
+    return ram().available - mapped_file_bytes() - size >= HOST_RESERVE
 
 
 def within_limit(machine: Ram, cgroup: tuple[int, int] | None) -> Ram:

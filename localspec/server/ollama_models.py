@@ -85,7 +85,7 @@ def _running(state: ServerState, res: Resident) -> dict[str, Any] | None:
         entry = _entry(res.model)
     except OSError:
         return None
-    footprint = res.loadout.footprint
+    footprint = res.footprint
     info = res.engine.info
     return {
         **entry,

@@ -74,6 +74,11 @@ class Resident:
     def loading(self) -> bool:
         return self.engine.info.status == "loading"
 
+    @property
+    def footprint(self) -> Footprint:
+        """What it takes now: the plan's count, and what its plain prefill copy grew by since."""
+        return self.loadout.footprint + Footprint(host=self.engine.info.prefill_grown_bytes)
+
 
 # Its engine config and footprint, planned on the machine as this load sees it (Room.alone).
 Prepare = Callable[[ServedModel, DeviceMemory], Loadout]
@@ -112,7 +117,7 @@ class ModelPool:
         total = Footprint()
         for res in list(self.resident.values()):  # a snapshot: plan() reads it from a thread
             if res is not but:
-                total = total + res.loadout.footprint
+                total = total + res.footprint
         return total
 
     def saved(self) -> Footprint:
