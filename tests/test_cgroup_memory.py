@@ -65,6 +65,13 @@ def test_v1_memory_controller(tmp_path: Path) -> None:
     (root / "memory" / "memory.usage_in_bytes").write_text(f"{20 * GIB}\n")
     lines = "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n"
     assert cgroup_headroom(root, self_file(tmp_path, lines)) == (2 * GIB, 1 * GIB)
+    # A container sees its own cgroup as the root; a lower limit above it shows in memory.stat only.
+    mount = tmp_path / "namespaced"
+    (mount / "memory").mkdir(parents=True)
+    (mount / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (mount / "memory" / "memory.usage_in_bytes").write_text(f"{1 * GIB}\n")
+    (mount / "memory" / "memory.stat").write_text(f"total_cache 0\nhierarchical_memory_limit {3 * GIB}\n")
+    assert cgroup_headroom(mount, self_file(tmp_path, "4:memory:/docker/abc\n")) == (3 * GIB, 1 * GIB)
 
 
 def test_unreadable_counters_are_skipped(tmp_path: Path) -> None:

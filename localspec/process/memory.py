@@ -109,10 +109,15 @@ def _v2(folder: Path) -> tuple[int, int] | None:
 
 
 def _v1(folder: Path) -> tuple[int, int] | None:
+    # memory.stat's hierarchical limit is the least of this cgroup's and its ancestors': the ones a
+    # container cannot see.
     text = _read(folder / "memory.limit_in_bytes")
-    if text is None or not text.isdigit() or int(text) >= V1_UNLIMITED:
+    limits = [int(text)] if text is not None and text.isdigit() else []
+    limits += [n for n in (_stat(folder, "hierarchical_memory_limit"),) if n]
+    limit = min(limits, default=V1_UNLIMITED)
+    if limit >= V1_UNLIMITED:
         return None
-    return _held(text, _read(folder / "memory.usage_in_bytes"), _stat(folder, "total_cache"))
+    return _held(str(limit), _read(folder / "memory.usage_in_bytes"), _stat(folder, "total_cache"))
 
 
 def _held(limit: str, usage: str | None, cache: int) -> tuple[int, int] | None:
