@@ -7,28 +7,31 @@ from pathlib import Path
 
 import pytest
 
-from localspec.engine import config
-from localspec.engine.config import LoadOptions, default_threads, quota_cpus, threads_warning, usable_cpus
+from localspec.engine.config import LoadOptions, default_threads, threads_warning, usable_cpus
+from localspec.process import cgroup
 
 
-def test_a_cgroup_quota_is_read_as_whole_cpus() -> None:
-    assert quota_cpus("200000 100000\n") == 2
-    assert quota_cpus("150000 100000") == 2  # a part of a CPU more still runs a thread
-    assert quota_cpus("50000 100000") == 1
-    assert quota_cpus("max 100000") is None
-    assert quota_cpus("") is None and quota_cpus("lots 100000") is None and quota_cpus("0 100000") is None
+def _self(tmp_path: Path) -> Path:
+    """/proc/self/cgroup as a container with a cgroup namespace shows it: its own cgroup the root."""
+    path = tmp_path / "self-cgroup"
+    path.write_text("0::/\n")
+    return path
 
 
-def test_the_default_stays_within_a_container_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cpu_max = tmp_path / "cpu.max"
-    monkeypatch.setattr(config, "CGROUP_CPU_MAX", cpu_max)
+def test_the_default_threads_stay_within_a_container_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    monkeypatch.setattr(cgroup, "CGROUP_ROOT", root)
+    monkeypatch.setattr(cgroup, "SELF_CGROUP", _self(tmp_path))
     unlimited = usable_cpus()  # no file: the affinity mask alone
-    cpu_max.write_text("100000 100000\n")
+    (root / "cpu.max").write_text("100000 100000\n")
     assert usable_cpus() == default_threads() == 1
     assert threads_warning(1) is None
     warning = threads_warning(unlimited + 1)
     assert warning is not None and "on 1 usable CPU:" in warning and "--threads 1" in warning
-    cpu_max.write_text("max 100000\n")
+    (root / "cpu.max").write_text("max 100000\n")
     assert usable_cpus() == unlimited and default_threads() <= unlimited
 
 

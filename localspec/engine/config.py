@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.engine.drafters.base import DRAFT_MIN_CONFIDENCE
+from localspec.process.cgroup import cpu_quota
 from localspec.types import Method
-
-CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
 def default_threads() -> int:
@@ -25,29 +24,14 @@ def default_threads() -> int:
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity mask, within a cgroup's CPU quota."""
+    """The CPUs this process may run on: its affinity mask, within its cgroups' CPU quota (v2 or v1,
+    its own or one above it: process.cgroup)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS has no affinity masks
         cpus = os.cpu_count() or 1
-    try:
-        quota = quota_cpus(CGROUP_CPU_MAX.read_text())
-    except OSError:
-        quota = None
+    quota = cpu_quota()
     return max(1, min(cpus, quota) if quota else cpus)
-
-
-def quota_cpus(cpu_max: str) -> int | None:
-    """The CPUs a cgroup v2 `cpu.max` ("200000 100000": 2 CPUs' time a period) allows, rounded up;
-    None for no quota ("max") or text that is not one."""
-    parts = cpu_max.split()
-    if len(parts) != 2 or parts[0] == "max":
-        return None
-    try:
-        quota, period = int(parts[0]), int(parts[1])
-    except ValueError:
-        return None
-    return -(-quota // period) if quota > 0 and period > 0 else None
 
 
 def threads_warning(threads: int) -> str | None:

@@ -1,7 +1,8 @@
-"""A container's memory limit caps what plans count on: cgroup folders as the kernel lays them out.
+"""A container's limits on memory and CPUs bind what plans and thread counts count on: cgroup
+folders as the kernel lays them out.
 
 No cgroup limit can be set on this machine without privileges, so the cgroup files are written to
-a folder laid out as /sys/fs/cgroup is (v2, and v1's memory controller) and read from there.
+a folder laid out as /sys/fs/cgroup is (v2, and v1's controllers) and read from there.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from localspec.pickdraft import devices
-from localspec.process import memory
+from localspec.process import cgroup
+from localspec.process.cgroup import cpu_quota, quota_cpus
 from localspec.process.memory import Ram, cgroup_headroom, within_limit
 
 GIB = 1 << 30
@@ -93,11 +95,40 @@ def test_within_limit_caps_total_and_available() -> None:
 def test_the_plans_probe_sees_the_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "cgroup"
     v2_cgroup(root, str(3 * GIB), current=1 * GIB)
-    monkeypatch.setattr(memory, "CGROUP_ROOT", root)
-    monkeypatch.setattr(memory, "SELF_CGROUP", self_file(tmp_path, "0::/\n"))
+    monkeypatch.setattr(cgroup, "CGROUP_ROOT", root)
+    monkeypatch.setattr(cgroup, "SELF_CGROUP", self_file(tmp_path, "0::/\n"))
     monkeypatch.setattr(devices, "_probe_gpu", lambda total, available: devices.cpu_only(total, available))
     found = devices.detect_memory()
     assert (found.ram_total, found.ram_available) == (3 * GIB, 2 * GIB)
     assert "cgroup limit 3.0 GiB" in found.describe()
     # --ram still replaces what was probed.
     assert devices.detect_memory(ram=16 * GIB).ram_available == 16 * GIB
+
+
+def test_a_cpu_quota_is_read_as_whole_cpus() -> None:
+    assert quota_cpus("200000 100000\n") == 2
+    assert quota_cpus("150000 100000") == 2  # a part of a CPU more still runs a thread
+    assert quota_cpus("50000 100000") == 1
+    assert quota_cpus("max 100000") is None and quota_cpus("-1 100000") is None  # v2's and v1's "none"
+    assert quota_cpus("") is None and quota_cpus("lots 100000") is None and quota_cpus("0 100000") is None
+
+
+def test_cpu_quotas_on_v2_and_v1_the_tightest_on_the_way_up(tmp_path: Path) -> None:
+    root = tmp_path / "cgroup"
+    (root / "machine.slice" / "box.scope").mkdir(parents=True)
+    (root / "machine.slice" / "cpu.max").write_text("300000 100000\n")
+    (root / "machine.slice" / "box.scope" / "cpu.max").write_text("max 100000\n")
+    assert cpu_quota(root, self_file(tmp_path, "0::/machine.slice/box.scope\n")) == 3
+    # Docker on a cgroup v1 host, `--cpus 2`: the controllers' folder is "cpu,cpuacct".
+    v1 = root / "cpu,cpuacct" / "docker" / "abc"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("200000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    (root / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1\n")
+    (root / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_quota(root, self_file(tmp_path, "3:cpu,cpuacct:/docker/abc\n")) == 2
+    both = "3:cpu,cpuacct:/docker/abc\n0::/machine.slice/box.scope\n"
+    assert cpu_quota(root, self_file(tmp_path, both)) == 2
+    assert (
+        cpu_quota(root, self_file(tmp_path, "0::/user.slice\n")) is None
+    )  # no such folder, none at the root
