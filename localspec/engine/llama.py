@@ -592,7 +592,8 @@ class LlamaModel:
     def _prefill_holds(self, plain: LlamaModel, positions: int) -> bool:
         """Whether the plain copy can hold `positions`: its context starts small (prefill.PLAIN_CONTEXT:
         its cache is a second one beside this model's) and grows to what a read needs, doubling,
-        up to this model's. False where llama.cpp cannot make the larger one: this model reads."""
+        up to this model's. False where the machine has no room for the larger one now, or llama.cpp
+        cannot make it: this model reads."""
         if positions <= plain.n_ctx:
             return True
         size = min(self.n_ctx, max(positions, 2 * plain.n_ctx))
