@@ -9,6 +9,7 @@ a race; and the machine's free memory (a fake probe), the one thing a test may f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -353,3 +354,25 @@ def test_a_plain_copy_grown_for_a_long_prompt_counts_in_ps_and_in_the_next_loads
         assert grown > 0 and ps(http)["beta"]["size"] == before + grown
         planned = sum(r.loadout.footprint.host for r in server.served.pool.resident.values())
         assert server.served.pool.used().host == planned + grown
+
+
+def test_a_plain_copy_does_not_grow_past_max_resident_and_the_prompt_is_read_all_the_same(
+    serve: ServerFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """max_resident bounds what the loaded models take together, the copy's growth included: where
+    the models are at it, a longer prompt is read by the repacked model and nothing grows."""
+    monkeypatch.setattr(prefill, "PLAIN_CONTEXT", 256)  # of the 512 served
+    monkeypatch.setenv("LOCALSPEC_PLAIN_PREFILL", "true")
+    server = serve(Gates(), max_resident=64 * GIB)
+    pool = server.served.pool
+    with server.http() as http:
+        assert chat(http, "beta").status_code == 200
+        cap = pool.used().total  # at the bound now
+        pool.room = dataclasses.replace(pool.room, cap=cap)
+        long = [{"role": "user", "content": "the quick brown fox jumps over the lazy dog " * 10}]
+        with caplog.at_level("WARNING", logger="localspec"):
+            reply = chat(http, "beta", messages=long)
+        assert reply.status_code == 200 and reply.json()["usage"]["prompt_tokens"] > 256
+        assert pool.resident["beta"].engine.info.prefill_grown_bytes == 0
+        assert pool.used().total <= cap
+        assert "at their memory bound (max_resident)" in caplog.text

@@ -155,6 +155,10 @@ class ReadPaused(Exception):
         self.seconds = seconds
 
 
+def _always(_extra: int) -> bool:
+    return True
+
+
 def _cancelled(done: int, total: int) -> RequestCancelledError:
     return RequestCancelledError(f"cancelled after {done} of {total} tokens were decoded")
 
@@ -234,6 +238,9 @@ class LlamaModel:
         self._prefill_refused = 0  # the copy's context llama.cpp could not make (0: none refused)
         self._prefill_loaded_ctx = 0  # the copy's context as it was attached
         self._prefill_short = False  # whether a growth the memory had no room for was logged
+        # Whether the copy may take `extra` bytes more beside the machine's room: a bound its owner
+        # sets (the daemon's max_resident over every loaded model), asked at each growth.
+        self.may_grow: Callable[[int], bool] = _always
         self._out_ctx = self._ctx
         # Verify batches larger than this would not round as the target alone does (see above); with
         # repacked weights no batch size is exact, and speculation there is lossless up to rounding.
@@ -613,21 +620,28 @@ class LlamaModel:
         return True
 
     def _room_to_grow(self, plain: LlamaModel, size: int) -> bool:
-        """Whether the machine has room now for the copy's context at `size` tokens, made while the
-        old one is still there: the plan counted the copy as it loaded, and the memory its growth
-        takes must not be the models' or the machine's (asked again at each longer read: memory
-        frees up)."""
+        """Whether there is room now for the copy's context at `size` tokens: on the machine, for
+        the whole new context (made while the old one is still there), and within its owner's
+        bound (`may_grow`), for what it adds. The plan counted the copy as it loaded, and the
+        memory its growth takes must not be the models' or the machine's (asked again at each
+        longer read: memory frees up)."""
         need = plain.context_bytes(size)
-        if room_for(need):
+        short = ""
+        if not room_for(need):
+            short = "the machine's memory is short"
+        elif not self.may_grow(need - plain.context_bytes(plain.n_ctx)):
+            short = "the loaded models are at their memory bound (max_resident)"
+        if not short:
             return True
         if not self._prefill_short:
             self._prefill_short = True
             log.warning(
                 "no room for a %d-token plain copy's cache (%.1f MiB): the repacked model reads past %d"
-                " tokens (more slowly) while the memory is short",
+                " tokens (more slowly) while %s",
                 size,
                 need / (1 << 20),
                 plain.n_ctx,
+                short,
             )
         return False
 

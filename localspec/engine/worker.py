@@ -191,6 +191,9 @@ class Engine:
         # Replies part-way, their caches saved while another request runs (engine.interleave).
         self._parked: deque[_Task] = deque()
         self._short_s = 0.0  # how long the last short request ran (interleave.Turns)
+        # Whether the plain prefill copy may grow by so many bytes (its owner's bound; the machine's
+        # room is the model's own check). Set before the first request: the pool's max_resident.
+        self.may_grow: Callable[[int], bool] = lambda _extra: True
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -338,6 +341,7 @@ class Engine:
         if prefill is not None:
             log.info("%s: %s", cfg.target.name, prefill)
         self.info.plain_prefill = self._target.plain_prefill
+        self._target.may_grow = lambda extra: self.may_grow(extra)  # read at each growth: set later
         self._template = chat_template(self._target)
         self._shaping = Shaping(self._target, self._template)
         self.renderer.start()

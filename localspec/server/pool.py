@@ -109,6 +109,7 @@ class ModelPool:
     def adopt(self, model: ServedModel, loadout: Loadout, engine: Engine) -> Resident:
         """Count an engine started elsewhere (the daemon's default model, loading at start)."""
         res = Resident(model, engine, loadout, self._default_keep_alive(model))
+        engine.may_grow = self._may_grow
         self._loadouts[model.name] = loadout
         self.resident[model.name] = res
         return res
@@ -119,6 +120,12 @@ class ModelPool:
             if res is not but:
                 total = total + res.footprint
         return total
+
+    def _may_grow(self, extra: int) -> bool:
+        """Whether a loaded model's plain prefill copy may take `extra` bytes more (asked from its
+        engine's thread): within max_resident beside every loaded model, as it grew since counted."""
+        cap = self.room.cap
+        return cap is None or self.used().total + extra <= cap
 
     def saved(self) -> Footprint:
         """The loaded models' saved conversation caches: host memory a load may have them drop."""
@@ -223,6 +230,7 @@ class ModelPool:
             started = time.monotonic()
             engine = self._make_engine(loadout.config)
             res = Resident(model, engine, loadout, self._default_keep_alive(model))
+            engine.may_grow = self._may_grow
             self.resident[model.name] = res
             log.info("loading %s (%s)", model.name, loadout.pick or "as configured")
             res.busy += 1  # a failed load must not count as idle and be evicted meanwhile
