@@ -32,6 +32,14 @@ WEATHER: ChatCompletionToolParam = {
         },
     },
 }
+BRIEF_WEATHER: ChatCompletionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 ASK: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the weather in Paris right now?"}
 ]
@@ -107,6 +115,24 @@ def test_ollama_chat_returns_the_call_with_object_arguments(daemon: Daemon, stre
     (call,) = calls
     assert call.function.name == "get_weather"
     assert isinstance(call.function.arguments, dict) and "Paris" in _city(dict(call.function.arguments))
+
+
+def test_a_call_the_model_writes_as_bare_json_is_held_to_the_tools_schema(client: openai.OpenAI) -> None:
+    # Asked for two cities, Qwen2.5-Coder 1.5B answers with a fenced bare JSON call (no <tool_call>
+    # markers) whose city is ["Paris", "Rome"]: parsed as written, the client got arguments its
+    # schema refuses. An answer opening as a call is now held to the tool's schema.
+    out = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "What's the weather in Paris and in Rome?"}],
+        tools=[BRIEF_WEATHER],
+        temperature=0,
+        max_tokens=120,
+    )
+    choice = out.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    for call in choice.message.tool_calls or []:
+        assert call.type == "function" and call.function.name == "get_weather"
+        assert isinstance(json.loads(call.function.arguments)["city"], str), call.function.arguments
 
 
 def test_a_forced_call_is_the_same_with_and_without_speculation(client: openai.OpenAI) -> None:

@@ -17,7 +17,7 @@ import pytest
 import tinymodels
 from test_engine import TINY, make_engine
 
-from localspec.engine.constraint import GrammarTokenizer
+from localspec.engine.constraint import GrammarTokenizer, lark_grammar
 from localspec.engine.drafters.base import Draft
 from localspec.engine.llama import LlamaModel
 from localspec.engine.sampling import Draws
@@ -374,8 +374,58 @@ def test_in_auto_mode_an_opened_call_must_be_valid_and_its_start_is_drafted(tool
         assert constraint.valid_prefix(model.tokenize("Paris", add_special=False)) == 0  # the quote is forced
     finally:
         model.close()
-    # Markers spelled out in text cannot trigger anything reliably: no lazy grammar then.
-    assert lazy_call_grammar(HERMES, (WEATHER,), True, lambda marker: None) is None
+
+
+def _reads(model: LlamaModel, grammar: str, text: str, special: bool = True) -> bool:
+    """Whether `grammar` takes the whole of `text`, from the reply's start (`special`: a marker
+    in it is its special token)."""
+    tokens = model.tokenize(text, add_special=False, parse_special=special)
+    return GrammarTokenizer(model).constraint(grammar).valid_prefix(tokens) == len(tokens)
+
+
+PARIS = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}'
+PARIS_FENCED = f"```json\n{json.dumps(json.loads(PARIS), indent=2)}\n```"  # as Qwen2.5-Coder writes it
+CITIES = '{"name": "get_weather", "arguments": {"city": ["Paris", "Rome"], "unit": "c"}}'
+
+
+def test_in_auto_mode_an_answer_opening_as_a_bare_call_must_be_a_valid_call(tool_tokens: Path) -> None:
+    """A bare JSON answer is parsed as a call (a model that forgets its markers, as Qwen2.5-Coder
+    does): where it opens as one to a tool offered, the grammar holds it to that tool's schema,
+    fenced and indented as the model writes it, and ends the reply with it. Other JSON, and
+    code, stay free."""
+    model = LlamaModel(tool_tokens, TINY)
+    try:
+        request = GenerationRequest(messages=(ChatMessage("user", "hi"),), tools=(WEATHER, TIME))
+        grammar = call_grammar_for(model, HERMES, request)
+        assert grammar is not None
+        for free in ("Let me check.", '{"a": [1, 2]}', "```python\nprint(1)\n```", '```json\n{"x": 1}\n```'):
+            assert _reads(model, grammar, free), free
+        for call in (PARIS, PARIS_FENCED, '{"name": "get_time", "arguments": {}}'):
+            assert _reads(model, grammar, call), call
+            assert parse_tool_calls(HERMES, call)[1] != []
+        assert not _reads(model, grammar, CITIES)  # a city is a string: the array is refused
+        assert not _reads(model, grammar, PARIS + " and then some")
+        no_unit = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        assert not _reads(model, grammar, no_unit)
+    finally:
+        model.close()
+
+
+def test_markers_spelled_out_in_text_trigger_nothing_but_a_bare_call_is_held_all_the_same(
+    tool_tokens: Path,
+) -> None:
+    grammar = lazy_call_grammar(HERMES, (WEATHER,), True, lambda marker: None)
+    assert grammar is not None
+    checked = lark_grammar(grammar, "tools")
+    model = LlamaModel(tool_tokens, TINY)
+    try:
+        spelled = '<tool_call>\n{"name": "get_weather", "arguments": {"city": [1]}}\n</tool_call>'
+        assert _reads(model, checked, spelled, special=False)  # text: markers in text are text
+        assert _reads(model, checked, PARIS) and not _reads(model, checked, CITIES)
+    finally:
+        model.close()
+    # An array format's answer is its marker's array: no lazy grammar there.
+    assert lazy_call_grammar(MISTRAL, (WEATHER,), True, lambda marker: None) is None
 
 
 def test_allowed_tools_in_auto_mode_an_opened_call_names_an_allowed_tool(tool_tokens: Path) -> None:

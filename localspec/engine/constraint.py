@@ -59,6 +59,18 @@ HARMONY_JSON_OPTIONS: JsonCompileOptions = {
 }
 
 
+# A call a model writes as a bare JSON answer, outside its format's markers, it spaces its own way
+# (Qwen2.5-Coder indents it in a code fence): any spacing JSON allows, a little at each place, so a
+# small model still cannot loop on whitespace.
+SPACED_JSON_OPTIONS: JsonCompileOptions = {
+    "whitespace_flexible": True,
+    "whitespace_pattern": "[ \\t\\n]{0,12}",
+    "key_separator": ":",
+    "item_separator": ",",
+    "lenient": True,
+}
+
+
 def json_schema_grammar(schema: Mapping[str, Any], param: str = "json_schema") -> str:
     """llguidance's grammar for JSON valid against `schema`; UserInputError names `param` if invalid."""
     import llguidance

@@ -182,21 +182,66 @@ def lazy_call_grammar(
 ) -> str | None:
     """For tool_choice auto: free text, but once the model opens a call, a valid call to the end.
 
-    Only where both markers are single special tokens, which free text can never contain: then
-    the opening token is the trigger, and what follows it is forced as far as the schemas go
-    (with one tool, `{"name": "get_weather", "arguments": {"` is a free draft). None otherwise.
-    Harmony's call opens with a header's text (`to=functions.`), watched in headers alone; its
-    analysis within `budget` tokens where there is one (a thinking model's is bounded around this
-    grammar: reasoning.thinking_first).
+    A call opens in two ways. After the format's marker, where both markers are single special
+    tokens, which free text can never contain: then the opening token is the trigger, and what
+    follows it is forced as far as the schemas go (with one tool, `{"name": "get_weather",
+    "arguments": {"` is a free draft). And, in a format whose bare JSON answer is a call
+    (`bare`: a model that forgets its markers, as Qwen2.5-Coder does), where the answer opens as
+    a call to one of the tools does (`{"name": "get_weather"`, fenced or not, as llama.cpp's
+    pattern trigger): the rest of it is then forced to a valid call too, where it was parsed as
+    written, arguments against the schema or not. An answer that is other JSON stays free.
+    None where neither applies. Harmony's call opens with a header's text (`to=functions.`),
+    watched in headers alone; its analysis within `budget` tokens where there is one (a thinking
+    model's is bounded around this grammar: reasoning.thinking_first).
     """
     if fmt is HARMONY:
         return harmony.lazy_calls({t.name: _harmony_arguments(t) for t in tools}, special, budget)
-    if not (fmt.start and fmt.end) or special(fmt.start) is None or special(fmt.end) is None:
+    wrapped = bool(fmt.start and fmt.end) and special(fmt.start) is not None and special(fmt.end) is not None
+    bare = fmt.bare and not fmt.array  # an array format's answer is its marker's array: not here
+    if not (wrapped or bare):
         return None
-    one = _one_call(fmt, tools, "auto")
-    call = f'{marker(fmt.start, special)} "\\n" {_json(one)} "\\n" {marker(fmt.end, special)}'
+    one = _json(_one_call(fmt, tools, "auto"))
+    rules = "TEXT: /(.|\\n)+/\n"
+    answer = "TEXT?"
+    if bare:
+        rules += _bare_rules(fmt, tools)
+        answer = "FREE?"
+    if not wrapped:
+        return f"start: FREE? | bare\n{rules}"
+    call = f'{marker(fmt.start, special)} "\\n" {one} "\\n" {marker(fmt.end, special)}'
     calls = "*" if parallel else "?"
-    return f"start: TEXT? (call TEXT?){calls}\ncall: {call}\nTEXT: /(.|\\n)+/\n"
+    start = f"{answer} (call TEXT?){calls}" + (" | bare" if bare else "")
+    return f"start: {start}\ncall: {call}\n{rules}"
+
+
+def _bare_rules(fmt: ToolFormat, tools: Sequence[ToolSpec]) -> str:
+    """`FREE`, any answer but one opening as a call (`{"name": "get_weather"`, fenced or not), and
+    `bare`, such a call written whole and valid, spaced as the model spaces it (Qwen2.5-Coder
+    writes it fenced and indented). Each call's head up to its arguments is one lexeme, as FREE
+    is: llguidance's lexer takes the longest match and does not go back, so the two must part
+    where FREE ends, inside the head (a JSON grammar's first brace beside FREE would be passed
+    over, and the call refused)."""
+    from localspec.engine.constraint import SPACED_JSON_OPTIONS
+
+    names = "|".join(_regex_escape(t.name) for t in tools)
+    opening = f'\\s*(```(json)?\\s*)?\\{{\\s*"name"\\s*:\\s*"({names})"(.|\\n)*'
+    rules = [f"FREE: /(.|\\n)+/ & ~/{opening}/", "END: /\\s*\\}\\s*/", "FENCE_END: /```\\s*/"]
+    calls = []
+    for i, tool in enumerate(tools):
+        name = _regex_escape(json.dumps(tool.name))
+        head = f'\\{{\\s*"name"\\s*:\\s*{name}\\s*,\\s*"{fmt.args_key}"\\s*:\\s*'
+        rules += [f"HEAD{i}: /\\s*{head}/", f"FENCED{i}: /\\s*```(json)?\\s*{head}/"]
+        arguments = _json({**tool.arguments_schema(), "x-guidance": SPACED_JSON_OPTIONS})
+        calls += [f"HEAD{i} {arguments} END", f"FENCED{i} {arguments} END FENCE_END"]
+    return "\n".join([*rules, "bare: " + " | ".join(calls)]) + "\n"
+
+
+# Characters a Rust regex (llguidance's) gives a meaning; a tool's name is matched as written.
+_REGEX_SPECIAL = set("\\.+*?()|[]{}^$#&-~/")
+
+
+def _regex_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in _REGEX_SPECIAL else ch for ch in text)
 
 
 def _harmony_call(
