@@ -32,7 +32,7 @@ from localspec.engine.toolcalls import (
     supports_tools,
     tool_format,
 )
-from localspec.engine.tooluse import ToolCallFilter, call_grammar_for
+from localspec.engine.tooluse import ToolCallFilter, call_grammar_for, single_token
 from localspec.engine.worker import Engine
 from localspec.errors import UnsupportedModelError, UserInputError
 from localspec.types import (
@@ -424,8 +424,35 @@ def test_markers_spelled_out_in_text_trigger_nothing_but_a_bare_call_is_held_all
         assert _reads(model, checked, PARIS) and not _reads(model, checked, CITIES)
     finally:
         model.close()
-    # An array format's answer is its marker's array: no lazy grammar there.
-    assert lazy_call_grammar(MISTRAL, (WEATHER,), True, lambda marker: None) is None
+
+
+@pytest.fixture(scope="module")
+def mistral_tokens(tiny_dir: Path) -> Path:
+    """A vocabulary where Mistral's `[TOOL_CALLS]` is a special token, as in Mistral's own."""
+    vocab = tinymodels.build_vocab(extra_tokens=(tinymodels.IM_START, tinymodels.IM_END, "[TOOL_CALLS]"))
+    return tinymodels.write_tiny_model(tiny_dir / "tiny-mistral-tokens.gguf", vocab=vocab)
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "one"])
+def test_mistral_in_auto_mode_its_calls_after_the_marker_or_as_a_bare_array_are_valid(
+    mistral_tokens: Path, parallel: bool
+) -> None:
+    model = LlamaModel(mistral_tokens, TINY)
+    try:
+        lark = lazy_call_grammar(MISTRAL, (WEATHER, TIME), parallel, lambda m: single_token(model, m))
+        assert lark is not None
+        grammar = lark_grammar(lark, "tools")
+        two = f'[{PARIS}, {{"name": "get_time", "arguments": {{}}}}]'
+        for free in ("Let me check.", "[1, 2] is a list", '[{"a": 1}]'):
+            assert _reads(model, grammar, free), free
+        for calls in (f"[{PARIS}]", f"[TOOL_CALLS][{PARIS}]", f"[TOOL_CALLS] [{PARIS}]"):
+            assert _reads(model, grammar, calls), calls
+        assert _reads(model, grammar, two) is parallel
+        assert _reads(model, grammar, f"[TOOL_CALLS]{two}") is parallel
+        for wrong in (f"[{CITIES}]", f"[TOOL_CALLS][{CITIES}]", f"[{PARIS}] and more", "[TOOL_CALLS] hello"):
+            assert not _reads(model, grammar, wrong), wrong
+    finally:
+        model.close()
 
 
 def test_allowed_tools_in_auto_mode_an_opened_call_names_an_allowed_tool(tool_tokens: Path) -> None:

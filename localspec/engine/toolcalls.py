@@ -190,14 +190,17 @@ def lazy_call_grammar(
     a call to one of the tools does (`{"name": "get_weather"`, fenced or not, as llama.cpp's
     pattern trigger): the rest of it is then forced to a valid call too, where it was parsed as
     written, arguments against the schema or not. An answer that is other JSON stays free.
-    None where neither applies. Harmony's call opens with a header's text (`to=functions.`),
+    Mistral's answer is its marker's array of calls: `_lazy_array`. None where nothing applies.
+    Harmony's call opens with a header's text (`to=functions.`),
     watched in headers alone; its analysis within `budget` tokens where there is one (a thinking
     model's is bounded around this grammar: reasoning.thinking_first).
     """
     if fmt is HARMONY:
         return harmony.lazy_calls({t.name: _harmony_arguments(t) for t in tools}, special, budget)
+    if fmt.array:
+        return _lazy_array(fmt, tools, parallel, special)
     wrapped = bool(fmt.start and fmt.end) and special(fmt.start) is not None and special(fmt.end) is not None
-    bare = fmt.bare and not fmt.array  # an array format's answer is its marker's array: not here
+    bare = fmt.bare
     if not (wrapped or bare):
         return None
     one = _json(_one_call(fmt, tools, "auto"))
@@ -234,6 +237,36 @@ def _bare_rules(fmt: ToolFormat, tools: Sequence[ToolSpec]) -> str:
         arguments = _json({**tool.arguments_schema(), "x-guidance": SPACED_JSON_OPTIONS})
         calls += [f"HEAD{i} {arguments} END", f"FENCED{i} {arguments} END FENCE_END"]
     return "\n".join([*rules, "bare: " + " | ".join(calls)]) + "\n"
+
+
+def _lazy_array(fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool, special: SpecialFn) -> str:
+    """Mistral's auto mode: free text, or its marker and then a valid array of calls (where the
+    marker is a special token, as free text cannot hold it), or an answer opening as that array
+    without the marker (`[{"name": "get_weather"`), held to the schemas from there as `_bare_rules`
+    holds a bare call."""
+    from localspec.engine.constraint import SPACED_JSON_OPTIONS
+
+    names = "|".join(_regex_escape(t.name) for t in tools)
+    opening = f'\\s*\\[\\s*\\{{\\s*"name"\\s*:\\s*"({names})"(.|\\n)*'
+    rules = [f"FREE: /(.|\\n)+/ & ~/{opening}/", "END: /\\s*\\}/", "CLOSE: /\\s*\\]\\s*/"]
+    first, more = [], []
+    for i, tool in enumerate(tools):
+        name = _regex_escape(json.dumps(tool.name))
+        head = f'\\{{\\s*"name"\\s*:\\s*{name}\\s*,\\s*"{fmt.args_key}"\\s*:\\s*'
+        rules += [f"HEAD{i}: /\\s*\\[\\s*{head}/", f"NEXT{i}: /\\s*,\\s*{head}/"]
+        arguments = _json({**tool.arguments_schema(), "x-guidance": SPACED_JSON_OPTIONS})
+        first.append(f"HEAD{i} {arguments} END")
+        more.append(f"NEXT{i} {arguments} END")
+    rules += [
+        "bare: (" + " | ".join(first) + ")" + (" (" + " | ".join(more) + ")*" if parallel else "") + " CLOSE"
+    ]
+    start = "FREE? | bare"
+    if special(fmt.start) is not None:
+        one = _one_call(fmt, tools, "auto")
+        array = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+        start += f" | {marker(fmt.start, special)} WS? {_json(array)}"  # `[TOOL_CALLS] [`: v0.3's
+        rules.append("WS: /\\s+/")
+    return f"start: {start}\n" + "\n".join(rules) + "\n"
 
 
 # Characters a Rust regex (llguidance's) gives a meaning; a tool's name is matched as written.
