@@ -192,12 +192,20 @@ class Engine:
         self._parked: deque[_Task] = deque()
         self._short_s = 0.0  # how long the last short request ran (interleave.Turns)
         # Whether the plain prefill copy may grow by so many bytes (its owner's bound; the machine's
-        # room is the model's own check). Set before the first request: the pool's max_resident.
-        self.may_grow: Callable[[int], bool] = lambda _extra: True
+        # room is the model's own check): the pool's max_resident, handed to the model as it loads.
+        self._may_grow: Callable[[int], bool] | None = None
         self._thread = threading.Thread(target=self._work, name="localspec-engine", daemon=True)
         self._thread.start()
 
     # --- public API (any thread) ---------------------------------------------------
+
+    def limit_growth(self, may_grow: Callable[[int], bool]) -> None:
+        """Bound the plain prefill copy's growth: `may_grow(extra)` says whether it may take `extra`
+        bytes more. Not a closure over this engine: the model would hold its engine, a cycle that
+        the frozen heap (engine.heap) never collects."""
+        self._may_grow = may_grow
+        if self._target is not None:
+            self._target.may_grow = may_grow
 
     def wait_ready(self, timeout: float | None = None) -> EngineInfo:
         """Block until loading ends; raise the load error if it failed."""
@@ -341,7 +349,8 @@ class Engine:
         if prefill is not None:
             log.info("%s: %s", cfg.target.name, prefill)
         self.info.plain_prefill = self._target.plain_prefill
-        self._target.may_grow = lambda extra: self.may_grow(extra)  # read at each growth: set later
+        if self._may_grow is not None:
+            self._target.may_grow = self._may_grow
         self._template = chat_template(self._target)
         self._shaping = Shaping(self._target, self._template)
         self.renderer.start()

@@ -109,7 +109,7 @@ class ModelPool:
     def adopt(self, model: ServedModel, loadout: Loadout, engine: Engine) -> Resident:
         """Count an engine started elsewhere (the daemon's default model, loading at start)."""
         res = Resident(model, engine, loadout, self._default_keep_alive(model))
-        engine.may_grow = self._may_grow
+        engine.limit_growth(self._may_grow)
         self._loadouts[model.name] = loadout
         self.resident[model.name] = res
         return res
@@ -230,7 +230,7 @@ class ModelPool:
             started = time.monotonic()
             engine = self._make_engine(loadout.config)
             res = Resident(model, engine, loadout, self._default_keep_alive(model))
-            engine.may_grow = self._may_grow
+            engine.limit_growth(self._may_grow)
             self.resident[model.name] = res
             log.info("loading %s (%s)", model.name, loadout.pick or "as configured")
             res.busy += 1  # a failed load must not count as idle and be evicted meanwhile
