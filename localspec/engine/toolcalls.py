@@ -187,8 +187,8 @@ def lazy_call_grammar(
     follows it is forced as far as the schemas go (with one tool, `{"name": "get_weather",
     "arguments": {"` is a free draft). And, in a format whose bare JSON answer is a call
     (`bare`: a model that forgets its markers, as Qwen2.5-Coder does), where the answer opens as
-    a call to one of the tools does (`{"name": "get_weather"`, fenced or not, as llama.cpp's
-    pattern trigger): the rest of it is then forced to a valid call too, where it was parsed as
+    a call to one of the tools (`{"name": "get_weather"`, fenced or not, as llama.cpp's pattern
+    trigger does): the rest of it is then forced to a valid call too, where it was parsed as
     written, arguments against the schema or not. An answer that is other JSON stays free.
     Mistral's answer is its marker's array of calls: `_lazy_array`. None where nothing applies.
     Harmony's call opens with a header's text (`to=functions.`),
@@ -203,14 +203,12 @@ def lazy_call_grammar(
     bare = fmt.bare
     if not (wrapped or bare):
         return None
-    one = _json(_one_call(fmt, tools, "auto"))
-    rules = "TEXT: /(.|\\n)+/\n"
-    answer = "TEXT?"
-    if bare:
-        rules += _bare_rules(fmt, tools)
-        answer = "FREE?"
+    rules = _bare_rules(fmt, tools) if bare else ""
     if not wrapped:
         return f"start: FREE? | bare\n{rules}"
+    rules += "TEXT: /(.|\\n)+/\n"
+    answer = "FREE?" if bare else "TEXT?"
+    one = _json(_one_call(fmt, tools, "auto"))
     call = f'{marker(fmt.start, special)} "\\n" {one} "\\n" {marker(fmt.end, special)}'
     calls = "*" if parallel else "?"
     start = f"{answer} (call TEXT?){calls}" + (" | bare" if bare else "")
@@ -224,17 +222,11 @@ def _bare_rules(fmt: ToolFormat, tools: Sequence[ToolSpec]) -> str:
     is: llguidance's lexer takes the longest match and does not go back, so the two must part
     where FREE ends, inside the head (a JSON grammar's first brace beside FREE would be passed
     over, and the call refused)."""
-    from localspec.engine.constraint import SPACED_JSON_OPTIONS
-
-    names = "|".join(_regex_escape(t.name) for t in tools)
-    opening = f'\\s*(```(json)?\\s*)?\\{{\\s*"name"\\s*:\\s*"({names})"(.|\\n)*'
-    rules = [f"FREE: /(.|\\n)+/ & ~/{opening}/", "END: /\\s*\\}\\s*/", "FENCE_END: /```\\s*/"]
+    rules = [_free(tools, "(```(json)?\\s*)?"), "END: /\\s*\\}\\s*/", "FENCE_END: /```\\s*/"]
     calls = []
     for i, tool in enumerate(tools):
-        name = _regex_escape(json.dumps(tool.name))
-        head = f'\\{{\\s*"name"\\s*:\\s*{name}\\s*,\\s*"{fmt.args_key}"\\s*:\\s*'
+        head, arguments = _call_head(fmt, tool), _spaced_arguments(tool)
         rules += [f"HEAD{i}: /\\s*{head}/", f"FENCED{i}: /\\s*```(json)?\\s*{head}/"]
-        arguments = _json({**tool.arguments_schema(), "x-guidance": SPACED_JSON_OPTIONS})
         calls += [f"HEAD{i} {arguments} END", f"FENCED{i} {arguments} END FENCE_END"]
     return "\n".join([*rules, "bare: " + " | ".join(calls)]) + "\n"
 
@@ -244,17 +236,11 @@ def _lazy_array(fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool, spec
     marker is a special token, as free text cannot hold it), or an answer opening as that array
     without the marker (`[{"name": "get_weather"`), held to the schemas from there as `_bare_rules`
     holds a bare call."""
-    from localspec.engine.constraint import SPACED_JSON_OPTIONS
-
-    names = "|".join(_regex_escape(t.name) for t in tools)
-    opening = f'\\s*\\[\\s*\\{{\\s*"name"\\s*:\\s*"({names})"(.|\\n)*'
-    rules = [f"FREE: /(.|\\n)+/ & ~/{opening}/", "END: /\\s*\\}/", "CLOSE: /\\s*\\]\\s*/"]
+    rules = [_free(tools, "\\[\\s*"), "END: /\\s*\\}/", "CLOSE: /\\s*\\]\\s*/"]
     first, more = [], []
     for i, tool in enumerate(tools):
-        name = _regex_escape(json.dumps(tool.name))
-        head = f'\\{{\\s*"name"\\s*:\\s*{name}\\s*,\\s*"{fmt.args_key}"\\s*:\\s*'
+        head, arguments = _call_head(fmt, tool), _spaced_arguments(tool)
         rules += [f"HEAD{i}: /\\s*\\[\\s*{head}/", f"NEXT{i}: /\\s*,\\s*{head}/"]
-        arguments = _json({**tool.arguments_schema(), "x-guidance": SPACED_JSON_OPTIONS})
         first.append(f"HEAD{i} {arguments} END")
         more.append(f"NEXT{i} {arguments} END")
     rules += [
@@ -267,6 +253,24 @@ def _lazy_array(fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool, spec
         start += f" | {marker(fmt.start, special)} WS? {_json(array)}"  # `[TOOL_CALLS] [`: v0.3's
         rules.append("WS: /\\s+/")
     return f"start: {start}\n" + "\n".join(rules) + "\n"
+
+
+def _free(tools: Sequence[ToolSpec], before: str) -> str:
+    """The free answer: any text but one opening (after `before`, a regex) as a call to a tool."""
+    names = "|".join(_regex_escape(t.name) for t in tools)
+    return f'FREE: /(.|\\n)+/ & ~/\\s*{before}\\{{\\s*"name"\\s*:\\s*"({names})"(.|\\n)*/'
+
+
+def _call_head(fmt: ToolFormat, tool: ToolSpec) -> str:
+    """A regex for a call's JSON up to its arguments, spaced any way: `{"name": "x", "arguments": `."""
+    name = _regex_escape(json.dumps(tool.name))
+    return f'\\{{\\s*"name"\\s*:\\s*{name}\\s*,\\s*"{fmt.args_key}"\\s*:\\s*'
+
+
+def _spaced_arguments(tool: ToolSpec) -> str:
+    from localspec.engine.constraint import SPACED_JSON_OPTIONS
+
+    return _json({**tool.arguments_schema(), "x-guidance": SPACED_JSON_OPTIONS})
 
 
 # Characters a Rust regex (llguidance's) gives a meaning; a tool's name is matched as written.
