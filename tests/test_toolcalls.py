@@ -7,6 +7,7 @@ tool's schema, and greedy output under the call grammar must be identical for ev
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ from localspec.engine.toolcalls import (
     HERMES,
     LLAMA3,
     MISTRAL,
+    call_grammar,
     lazy_call_grammar,
     parse_tool_calls,
     supports_tools,
@@ -439,7 +441,8 @@ def test_mistral_in_auto_mode_its_calls_after_the_marker_or_as_a_bare_array_are_
 ) -> None:
     model = LlamaModel(mistral_tokens, TINY)
     try:
-        lark = lazy_call_grammar(MISTRAL, (WEATHER, TIME), parallel, lambda m: single_token(model, m))
+        special = functools.partial(single_token, model)
+        lark = lazy_call_grammar(MISTRAL, (WEATHER, TIME), parallel, special)
         assert lark is not None
         grammar = lark_grammar(lark, "tools")
         two = f'[{PARIS}, {{"name": "get_time", "arguments": {{}}}}]'
@@ -451,6 +454,10 @@ def test_mistral_in_auto_mode_its_calls_after_the_marker_or_as_a_bare_array_are_
         assert _reads(model, grammar, f"[TOOL_CALLS]{two}") is parallel
         for wrong in (f"[{CITIES}]", f"[TOOL_CALLS][{CITIES}]", f"[{PARIS}] and more", "[TOOL_CALLS] hello"):
             assert not _reads(model, grammar, wrong), wrong
+        forced = lark_grammar(call_grammar(MISTRAL, (WEATHER, TIME), "required", parallel, special), "tools")
+        for calls in (f"[TOOL_CALLS][{PARIS}]", f"[TOOL_CALLS] [{PARIS}]"):  # v0.3 writes the space
+            assert _reads(model, forced, calls), calls
+        assert not _reads(model, forced, f"[TOOL_CALLS][{CITIES}]") and not _reads(model, forced, "hello")
     finally:
         model.close()
 

@@ -163,7 +163,8 @@ def call_grammar(
     one = _one_call(fmt, tools, choice)
     if fmt.array:
         array = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
-        return f"start: {marker(fmt.start, special)} {_json(array)}\n"
+        # Mistral v0.3's template writes `[TOOL_CALLS] [`: the model may space it so.
+        return f"start: {marker(fmt.start, special)} WS? {_json(array)}\nWS: /\\s+/\n"
     call = f"{marker(fmt.start, special)} " if fmt.start else ""
     if fmt.end:
         call += f'"\\n" {_json(one)} "\\n" {marker(fmt.end, special)}'
@@ -250,7 +251,7 @@ def _lazy_array(fmt: ToolFormat, tools: Sequence[ToolSpec], parallel: bool, spec
     if special(fmt.start) is not None:
         one = _one_call(fmt, tools, "auto")
         array = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
-        start += f" | {marker(fmt.start, special)} WS? {_json(array)}"  # `[TOOL_CALLS] [`: v0.3's
+        start += f" | {marker(fmt.start, special)} WS? {_json(array)}"  # spaced as in call_grammar
         rules.append("WS: /\\s+/")
     return f"start: {start}\n" + "\n".join(rules) + "\n"
 
