@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -100,6 +100,10 @@ class IsolatedEngine(Engine):
         self._thread.start()
 
     # --- the Engine interface ---------------------------------------------------------
+
+    def limit_growth(self, may_grow: Callable[[int], bool]) -> None:
+        """Nothing to bound: a target on RPC workers reads its prompts itself, with no plain copy
+        (engine.prefill), and the check could not reach the child anyway."""
 
     def wait_ready(self, timeout: float | None = None) -> EngineInfo:
         self._ready.wait(timeout)
